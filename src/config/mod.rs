@@ -1,0 +1,177 @@
+//! Configuration: flags ⊕ environment ⊕ TOML file ⊕ defaults, merged once into
+//! a validated [`Config`] (PRODUCT §2).
+//!
+//! [`Config::from_sources`] is pure (the environment is a lookup function and
+//! the file is already read), so precedence and validation are unit-tested
+//! without touching the process. [`Config::load`] does the I/O around it.
+//! Every error names where the bad value came from: the flag, the environment
+//! variable, or the file, line and key.
+
+mod file;
+mod resolve;
+#[cfg(test)]
+mod tests;
+mod values;
+
+pub use file::ConfigFile;
+pub use values::{LogFormat, OnChildExit, RedisUrl, Secret, Signal, parse_duration, redact_url};
+
+use crate::cli::ConfigArgs;
+use crate::timing::Timing;
+use resolve::Resolver;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A configuration problem. Always exit code 2; the message says what was
+/// wrong, where it came from and how to fix it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Which lease backend to use (PRODUCT §5).
+#[derive(Debug, Clone)]
+pub enum BackendConfig {
+    Redis {
+        url: RedisUrl,
+        timeout: Duration,
+    },
+    /// `implicit` when no backend was configured and the embedded default is used.
+    LockFile {
+        path: PathBuf,
+        implicit: bool,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct ChildConfig {
+    /// Empty when no command is configured (elect-only or webhook-only).
+    pub command: Vec<String>,
+    pub stop_signal: Signal,
+    pub stop_timeout: Duration,
+    pub on_exit: OnChildExit,
+}
+
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    pub urls: Vec<url::Url>,
+    /// The secret from `LEADERD_WEBHOOK_SECRET`.
+    pub secret: Option<Secret>,
+    /// The file to read the secret from, when given instead.
+    pub secret_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+/// The validated configuration. Holding one means every value is usable and
+/// the timing relations of PRODUCT §2/§4 hold.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub key: String,
+    pub id: String,
+    pub backend: BackendConfig,
+    pub timing: Timing,
+    pub http: Option<SocketAddr>,
+    pub child: ChildConfig,
+    pub webhook: WebhookConfig,
+    pub log: LogConfig,
+    /// Every option's effective value (secrets redacted) and where it came
+    /// from, in a stable order, for `leaderd check`.
+    pub effective: Vec<(&'static str, String, String)>,
+}
+
+/// Everything configuration is made from. The environment is a lookup so
+/// tests can supply a map; `hostname` is the fallback id.
+pub struct Sources<'a> {
+    pub args: &'a ConfigArgs,
+    pub command: &'a [String],
+    pub file: Option<&'a ConfigFile>,
+    pub env: &'a dyn Fn(&str) -> Option<OsString>,
+    pub hostname: Option<String>,
+}
+
+const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
+
+impl Config {
+    /// Reads the real environment and the config file, then validates.
+    pub fn load(args: &ConfigArgs, command: &[String]) -> Result<Config, ConfigError> {
+        let env = |name: &str| std::env::var_os(name);
+        let file = match config_path(args, &env)? {
+            Some(path) => Some(read_config_file(&path)?),
+            None => None,
+        };
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty());
+        Config::from_sources(Sources {
+            args,
+            command,
+            file: file.as_ref(),
+            env: &env,
+            hostname,
+        })
+    }
+
+    /// Merges and validates. Pure: no files, no process environment.
+    pub fn from_sources(sources: Sources<'_>) -> Result<Config, ConfigError> {
+        resolve::build(Resolver::new(&sources), &sources)
+    }
+
+    /// The effective configuration as TOML-like lines with each value's
+    /// origin, secrets redacted.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        for (name, value, origin) in &self.effective {
+            out.push_str(&format!("{name} = {value}  # {origin}\n"));
+        }
+        out
+    }
+}
+
+/// `-c FILE`, else `LEADERD_CONFIG`, else none.
+fn config_path(
+    args: &ConfigArgs,
+    env: &dyn Fn(&str) -> Option<OsString>,
+) -> Result<Option<PathBuf>, ConfigError> {
+    if let Some(path) = &args.config {
+        return Ok(Some(path.clone()));
+    }
+    match env("LEADERD_CONFIG") {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Err(ConfigError(
+            "LEADERD_CONFIG is set but empty; unset it or give the path of a TOML file".into(),
+        )),
+        Some(v) => Ok(Some(PathBuf::from(v))),
+    }
+}
+
+fn read_config_file(path: &std::path::Path) -> Result<ConfigFile, ConfigError> {
+    let name = path.display().to_string();
+    let meta = std::fs::metadata(path).map_err(|e| {
+        ConfigError(format!(
+            "config file {name}: {e}; check the path given with --config or LEADERD_CONFIG"
+        ))
+    })?;
+    if meta.is_dir() {
+        return Err(ConfigError(format!(
+            "config file {name} is a directory; give the path of a TOML file"
+        )));
+    }
+    if meta.len() > MAX_CONFIG_FILE_BYTES {
+        return Err(ConfigError(format!(
+            "config file {name} is {} bytes; a leaderd config is far smaller than 1 MiB, check the path",
+            meta.len()
+        )));
+    }
+    let bytes = std::fs::read(path)
+        .map_err(|e| ConfigError(format!("config file {name}: cannot read it: {e}")))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| ConfigError(format!("config file {name} is not valid UTF-8")))?;
+    ConfigFile::parse(&name, text.strip_prefix('\u{feff}').unwrap_or(&text)).map_err(ConfigError)
+}

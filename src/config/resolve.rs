@@ -1,0 +1,660 @@
+//! Precedence and validation: picks each option from flag > environment >
+//! file > default, parses it, then checks the relations between options.
+
+use super::file::{At, Text};
+use super::values::{self, Signal};
+use super::{
+    BackendConfig, ChildConfig, Config, ConfigError, LogConfig, LogFormat, OnChildExit, Sources,
+    WebhookConfig,
+};
+use crate::timing::Timing;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where an effective value came from.
+#[derive(Debug, Clone)]
+pub enum Origin {
+    Flag(&'static str),
+    Env(&'static str),
+    File {
+        file: String,
+        line: usize,
+        key: &'static str,
+    },
+    Default(&'static str),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Flag(flag) => write!(f, "{flag}"),
+            Origin::Env(var) => write!(f, "{var}"),
+            Origin::File { file, line, key } => write!(f, "{file} line {line} ({key})"),
+            Origin::Default("") => write!(f, "default"),
+            Origin::Default(how) => write!(f, "default: {how}"),
+        }
+    }
+}
+
+pub struct Value<T> {
+    pub value: T,
+    pub origin: Origin,
+}
+
+/// The names one option goes by.
+struct Opt {
+    flag: &'static str,
+    env: Option<&'static str>,
+    key: &'static str,
+}
+
+const fn opt(flag: &'static str, env: &'static str, key: &'static str) -> Opt {
+    Opt {
+        flag,
+        env: Some(env),
+        key,
+    }
+}
+
+pub struct Resolver<'a> {
+    sources: &'a Sources<'a>,
+}
+
+impl<'a> Resolver<'a> {
+    pub fn new(sources: &'a Sources<'a>) -> Self {
+        Resolver { sources }
+    }
+
+    /// An environment variable: unset is `None`; empty or non-UTF-8 is an error.
+    fn env(&self, name: &'static str) -> Result<Option<String>, ConfigError> {
+        match (self.sources.env)(name) {
+            None => Ok(None),
+            Some(v) if v.is_empty() => Err(ConfigError(format!(
+                "{name} is set but empty; unset it to use the default, or give it a value"
+            ))),
+            Some(v) => v.into_string().map(Some).map_err(|_| {
+                ConfigError(format!(
+                    "{name} is not valid UTF-8; give it a plain text value"
+                ))
+            }),
+        }
+    }
+
+    fn file_origin<T>(&self, key: &'static str, at: &At<T>) -> Origin {
+        let file = self.sources.file.expect("a file value implies a file");
+        Origin::File {
+            file: file.name.clone(),
+            line: file.line_of(&at.span),
+            key,
+        }
+    }
+
+    /// One scalar option through flag > env > file; `None` when not set anywhere.
+    fn scalar<T>(
+        &self,
+        opt: &Opt,
+        flag: Option<&str>,
+        file: &Option<At<Text>>,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<Option<Value<T>>, ConfigError> {
+        let (text, origin) = if let Some(v) = flag {
+            (v.to_string(), Origin::Flag(opt.flag))
+        } else if let Some(v) = match opt.env {
+            Some(name) => self.env(name)?,
+            None => None,
+        } {
+            (v, Origin::Env(opt.env.expect("checked above")))
+        } else if let Some(at) = file {
+            (at.value.0.clone(), self.file_origin(opt.key, at))
+        } else {
+            return Ok(None);
+        };
+        let value = parse(&text).map_err(|msg| ConfigError(format!("{origin}: {msg}")))?;
+        Ok(Some(Value { value, origin }))
+    }
+
+    /// A list option: repeated flag > comma-separated env > TOML array.
+    fn list<T>(
+        &self,
+        opt: &Opt,
+        flag: &[String],
+        file: &Option<At<Vec<String>>>,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<Option<Value<Vec<T>>>, ConfigError> {
+        let (items, origin) = if !flag.is_empty() {
+            (flag.to_vec(), Origin::Flag(opt.flag))
+        } else if let Some(v) = match opt.env {
+            Some(name) => self.env(name)?,
+            None => None,
+        } {
+            let items = v.split(',').map(|s| s.trim().to_string()).collect();
+            (items, Origin::Env(opt.env.expect("checked above")))
+        } else if let Some(at) = file {
+            (at.value.clone(), self.file_origin(opt.key, at))
+        } else {
+            return Ok(None);
+        };
+        let parsed = items
+            .iter()
+            .map(|item| parse(item).map_err(|msg| ConfigError(format!("{origin}: {msg}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Some(Value {
+            value: parsed,
+            origin,
+        }))
+    }
+}
+
+fn or_default<T>(value: Option<Value<T>>, default: T, how: &'static str) -> Value<T> {
+    value.unwrap_or(Value {
+        value: default,
+        origin: Origin::Default(how),
+    })
+}
+
+/// Formats a duration the way a user would write it.
+pub fn show(d: Duration) -> String {
+    let ms = d.as_millis();
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        format!("{:.3}ms", d.as_secs_f64() * 1000.0)
+    } else if ms % 1000 == 0 && ms > 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+fn whole_millis(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
+}
+
+fn positive(
+    parse: fn(&str) -> Result<Duration, String>,
+) -> impl Fn(&str) -> Result<Duration, String> {
+    move |text| {
+        let d = parse(text)?;
+        if d.is_zero() {
+            return Err(format!("`{text}` must be greater than zero"));
+        }
+        if d > Duration::from_secs(24 * 3600) {
+            return Err(format!(
+                "`{text}` is longer than 24h; leases are meant to be seconds long"
+            ));
+        }
+        Ok(d)
+    }
+}
+
+pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
+    let a = s.args;
+    let empty = Default::default();
+    let f = s.file.map(|f| &f.values).unwrap_or(&empty);
+    let mut effective: Vec<(&'static str, String, String)> = Vec::new();
+    let mut note = |key: &'static str, value: String, origin: &Origin| {
+        effective.push((key, value, origin.to_string()));
+    };
+
+    let key = r.scalar(
+        &opt("--key", "LEADERD_KEY", "key"),
+        a.key.as_deref(),
+        &f.key,
+        values::parse_key,
+    )?;
+    let key = or_default(key, "leaderd".to_string(), "");
+    note("key", format!("{:?}", key.value), &key.origin);
+
+    let id = match r.scalar(
+        &opt("--id", "LEADERD_ID", "id"),
+        a.id.as_deref(),
+        &f.id,
+        values::parse_id,
+    )? {
+        Some(id) => id,
+        None => default_id(&r, s)?,
+    };
+    note("id", format!("{:?}", id.value), &id.origin);
+
+    let ttl = r.scalar(
+        &opt("--ttl", "LEADERD_TTL", "lease.ttl"),
+        a.ttl.as_deref(),
+        &f.lease.ttl,
+        positive(values::parse_duration),
+    )?;
+    let ttl = or_default(ttl, Duration::from_secs(10), "");
+    let renew_interval = r.scalar(
+        &opt(
+            "--renew-interval",
+            "LEADERD_RENEW_INTERVAL",
+            "lease.renew_interval",
+        ),
+        a.renew_interval.as_deref(),
+        &f.lease.renew_interval,
+        positive(values::parse_duration),
+    )?;
+    let renew_interval = or_default(renew_interval, whole_millis(ttl.value / 3), "ttl / 3");
+    let renew_deadline = r.scalar(
+        &opt(
+            "--renew-deadline",
+            "LEADERD_RENEW_DEADLINE",
+            "lease.renew_deadline",
+        ),
+        a.renew_deadline.as_deref(),
+        &f.lease.renew_deadline,
+        positive(values::parse_duration),
+    )?;
+    let renew_deadline = or_default(renew_deadline, whole_millis(ttl.value * 2 / 3), "ttl × 2/3");
+    let retry_interval = r.scalar(
+        &opt(
+            "--retry-interval",
+            "LEADERD_RETRY_INTERVAL",
+            "lease.retry_interval",
+        ),
+        a.retry_interval.as_deref(),
+        &f.lease.retry_interval,
+        positive(values::parse_duration),
+    )?;
+    let retry_interval = or_default(retry_interval, Duration::from_secs(2), "");
+    for (name, v) in [
+        ("lease.ttl", &ttl),
+        ("lease.renew_interval", &renew_interval),
+        ("lease.renew_deadline", &renew_deadline),
+        ("lease.retry_interval", &retry_interval),
+    ] {
+        note(name, format!("{:?}", show(v.value)), &v.origin);
+    }
+
+    let redis_timeout = r.scalar(
+        &opt("--redis-timeout", "LEADERD_REDIS_TIMEOUT", "redis.timeout"),
+        a.redis_timeout.as_deref(),
+        &f.redis.timeout,
+        positive(values::parse_duration),
+    )?;
+    let redis_timeout = or_default(redis_timeout, Duration::from_millis(500), "");
+    let backend = backend(&r, s, &key.value)?;
+    match &backend.value {
+        BackendConfig::Redis { url, .. } => {
+            note(
+                "redis.urls",
+                format!("[{:?}]", url.redacted()),
+                &backend.origin,
+            );
+            note(
+                "redis.timeout",
+                format!("{:?}", show(redis_timeout.value)),
+                &redis_timeout.origin,
+            );
+        }
+        BackendConfig::LockFile { path, .. } => {
+            note(
+                "lock_file",
+                format!("{:?}", path.display().to_string()),
+                &backend.origin,
+            );
+        }
+    }
+    let backend_is_redis = matches!(backend.value, BackendConfig::Redis { .. });
+    let backend = match backend.value {
+        BackendConfig::Redis { url, .. } => BackendConfig::Redis {
+            url,
+            timeout: redis_timeout.value,
+        },
+        other => other,
+    };
+
+    let timing = Timing {
+        ttl: ttl.value,
+        renew_interval: renew_interval.value,
+        renew_deadline: renew_deadline.value,
+        retry_interval: retry_interval.value,
+    };
+    check_timing(&timing, &ttl, &renew_interval, &renew_deadline)?;
+    if backend_is_redis && redis_timeout.value >= renew_interval.value {
+        return Err(ConfigError(format!(
+            "redis.timeout = {} ({}) must be shorter than lease.renew_interval = {} ({}): a renewal has to be able to time out and be retried before the next one is due; lower the Redis timeout or raise the renew interval",
+            show(redis_timeout.value),
+            redis_timeout.origin,
+            show(renew_interval.value),
+            renew_interval.origin
+        )));
+    }
+
+    let http = r.scalar(
+        &opt("--http", "LEADERD_HTTP", "http.listen"),
+        a.http.as_deref(),
+        &f.http.listen,
+        values::parse_http,
+    )?;
+    let http = or_default(http, Some(([127, 0, 0, 1], 4040).into()), "");
+    note(
+        "http.listen",
+        format!(
+            "{:?}",
+            http.value.map_or("off".to_string(), |a| a.to_string())
+        ),
+        &http.origin,
+    );
+
+    let child = child(&r, s, &mut note)?;
+    let webhook = webhook(&r, s, &mut note)?;
+
+    let format = r.scalar(
+        &opt("--log-format", "LEADERD_LOG_FORMAT", "log.format"),
+        a.log_format.as_deref(),
+        &f.log.format,
+        values::parse_log_format,
+    )?;
+    let format = or_default(format, LogFormat::Text, "");
+    note(
+        "log.format",
+        format!("{:?}", format!("{:?}", format.value).to_lowercase()),
+        &format.origin,
+    );
+    let level = r.scalar(
+        &opt("--log-level", "RUST_LOG", "log.level"),
+        a.log_level.as_deref(),
+        &f.log.level,
+        values::parse_log_level,
+    )?;
+    let level = or_default(level, "info".to_string(), "");
+    note("log.level", format!("{:?}", level.value), &level.origin);
+
+    Ok(Config {
+        key: key.value,
+        id: id.value,
+        backend,
+        timing,
+        http: http.value,
+        child,
+        webhook,
+        log: LogConfig {
+            format: format.value,
+            level: level.value,
+        },
+        effective,
+    })
+}
+
+/// `$POD_NAME` (set from the downward API in Kubernetes), else the host name.
+fn default_id(r: &Resolver<'_>, s: &Sources<'_>) -> Result<Value<String>, ConfigError> {
+    if let Some(pod) = r.env("POD_NAME")? {
+        let value = values::parse_id(&pod).map_err(|m| ConfigError(format!("POD_NAME: {m}")))?;
+        return Ok(Value {
+            value,
+            origin: Origin::Default("$POD_NAME"),
+        });
+    }
+    match &s.hostname {
+        Some(host) => Ok(Value { value: host.clone(), origin: Origin::Default("host name") }),
+        None => Err(ConfigError(
+            "no candidate id: POD_NAME is unset and the host name is unknown; set --id or LEADERD_ID".into(),
+        )),
+    }
+}
+
+fn check_timing(
+    t: &Timing,
+    ttl: &Value<Duration>,
+    ri: &Value<Duration>,
+    rd: &Value<Duration>,
+) -> Result<(), ConfigError> {
+    if ri.value >= rd.value {
+        return Err(ConfigError(format!(
+            "lease.renew_interval = {} ({}) must be shorter than lease.renew_deadline = {} ({}): the deadline would pass before a renewal is even tried; e.g. renew_interval = ttl/3 and renew_deadline = ttl×2/3",
+            show(ri.value),
+            ri.origin,
+            show(rd.value),
+            rd.origin
+        )));
+    }
+    if rd.value >= ttl.value {
+        return Err(ConfigError(format!(
+            "lease.renew_deadline = {} ({}) must be shorter than lease.ttl = {} ({}): the leader has to step down before its lease can expire; e.g. renew_deadline = ttl×2/3",
+            show(rd.value),
+            rd.origin,
+            show(ttl.value),
+            ttl.origin
+        )));
+    }
+    let needed = t.ttl / 10;
+    if t.stop_window() < needed {
+        let max = t.ttl.saturating_sub(t.drift() + t.kill_margin() + needed);
+        return Err(ConfigError(format!(
+            "lease.renew_deadline = {} ({}) leaves {} to stop the work before the lease's validity ends (ttl {} − drift {} − kill margin {}); at least {} (ttl/10) is needed: set renew_deadline ≤ {} or raise the ttl",
+            show(rd.value),
+            rd.origin,
+            show(t.stop_window()),
+            show(t.ttl),
+            show(t.drift()),
+            show(t.kill_margin()),
+            show(needed),
+            show(whole_millis(max))
+        )));
+    }
+    Ok(())
+}
+
+fn backend(
+    r: &Resolver<'_>,
+    s: &Sources<'_>,
+    key: &str,
+) -> Result<Value<BackendConfig>, ConfigError> {
+    let a = s.args;
+    let f = s.file.map(|f| &f.values);
+    let no_list = None;
+    let no_scalar = None;
+    let urls = r.list(
+        &opt("--redis", "LEADERD_REDIS_URL", "redis.urls"),
+        &a.redis,
+        f.map_or(&no_list, |f| &f.redis.urls),
+        values::parse_redis_url,
+    )?;
+    let lock_file = r.scalar(
+        &opt("--lock-file", "LEADERD_LOCK_FILE", "lock_file"),
+        a.lock_file.as_ref().and_then(|p| p.to_str()),
+        f.map_or(&no_scalar, |f| &f.lock_file),
+        |p| {
+            if p.trim().is_empty() {
+                Err("is empty; give a file path".to_string())
+            } else {
+                Ok(PathBuf::from(p))
+            }
+        },
+    )?;
+    match (urls, lock_file) {
+        (Some(urls), Some(file)) => Err(ConfigError(format!(
+            "both a Redis backend ({}) and a lock file ({}) are configured; choose one",
+            urls.origin, file.origin
+        ))),
+        (Some(mut urls), None) => match urls.value.len() {
+            0 => Err(ConfigError(format!(
+                "{}: no Redis URL given; give one redis:// URL",
+                urls.origin
+            ))),
+            1 => Ok(Value {
+                value: BackendConfig::Redis {
+                    url: urls.value.remove(0),
+                    timeout: Duration::ZERO,
+                },
+                origin: urls.origin,
+            }),
+            n => Err(ConfigError(format!(
+                "{}: {n} Redis URLs given; Redlock over several servers is not supported yet, give exactly one",
+                urls.origin
+            ))),
+        },
+        (None, Some(file)) => Ok(Value {
+            value: BackendConfig::LockFile {
+                path: file.value,
+                implicit: false,
+            },
+            origin: file.origin,
+        }),
+        (None, None) => {
+            if (s.env)("KUBERNETES_SERVICE_HOST").is_some_and(|v| !v.is_empty()) {
+                return Err(ConfigError(
+                    "no backend configured, and inside Kubernetes the embedded lock file would coordinate only this pod; give --redis redis://HOST:6379 (or LEADERD_REDIS_URL)".into(),
+                ));
+            }
+            let dir = r
+                .env("XDG_RUNTIME_DIR")
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| "/tmp".into());
+            let path = PathBuf::from(dir).join(format!("leaderd-{}.lock", key.replace('/', "_")));
+            Ok(Value {
+                value: BackendConfig::LockFile {
+                    path,
+                    implicit: true,
+                },
+                origin: Origin::Default("no --redis: lock file on this host"),
+            })
+        }
+    }
+}
+
+fn child(
+    r: &Resolver<'_>,
+    s: &Sources<'_>,
+    note: &mut impl FnMut(&'static str, String, &Origin),
+) -> Result<ChildConfig, ConfigError> {
+    let a = s.args;
+    let empty = Default::default();
+    let f = s.file.map(|f| &f.values).unwrap_or(&empty);
+    let command = if !s.command.is_empty() {
+        Value {
+            value: s.command.to_vec(),
+            origin: Origin::Flag("the command after --"),
+        }
+    } else if let Some(at) = &f.child.command {
+        if at.value.is_empty() || at.value[0].trim().is_empty() {
+            return Err(ConfigError(format!(
+                "{}: the command is empty; give [\"program\", \"arg\", ...] or remove the key",
+                r.file_origin("child.command", at)
+            )));
+        }
+        Value {
+            value: at.value.clone(),
+            origin: r.file_origin("child.command", at),
+        }
+    } else {
+        Value {
+            value: Vec::new(),
+            origin: Origin::Default("none (elect-only)"),
+        }
+    };
+    note(
+        "child.command",
+        format!("{:?}", command.value),
+        &command.origin,
+    );
+    let stop_signal = r.scalar(
+        &opt("--stop-signal", "LEADERD_STOP_SIGNAL", "child.stop_signal"),
+        a.stop_signal.as_deref(),
+        &f.child.stop_signal,
+        values::parse_signal,
+    )?;
+    let stop_signal = or_default(stop_signal, Signal::TERM, "");
+    note(
+        "child.stop_signal",
+        format!("{:?}", stop_signal.value.name),
+        &stop_signal.origin,
+    );
+    let stop_timeout = r.scalar(
+        &opt(
+            "--stop-timeout",
+            "LEADERD_STOP_TIMEOUT",
+            "child.stop_timeout",
+        ),
+        a.stop_timeout.as_deref(),
+        &f.child.stop_timeout,
+        values::parse_duration,
+    )?;
+    let stop_timeout = or_default(stop_timeout, Duration::from_secs(10), "");
+    note(
+        "child.stop_timeout",
+        format!("{:?}", show(stop_timeout.value)),
+        &stop_timeout.origin,
+    );
+    let on_exit = r.scalar(
+        &opt("--on-child-exit", "LEADERD_ON_CHILD_EXIT", "child.on_exit"),
+        a.on_child_exit.as_deref(),
+        &f.child.on_exit,
+        values::parse_on_child_exit,
+    )?;
+    let on_exit = or_default(on_exit, OnChildExit::Release, "");
+    note(
+        "child.on_exit",
+        format!("{:?}", format!("{:?}", on_exit.value).to_lowercase()),
+        &on_exit.origin,
+    );
+    Ok(ChildConfig {
+        command: command.value,
+        stop_signal: stop_signal.value,
+        stop_timeout: stop_timeout.value,
+        on_exit: on_exit.value,
+    })
+}
+
+fn webhook(
+    r: &Resolver<'_>,
+    s: &Sources<'_>,
+    note: &mut impl FnMut(&'static str, String, &Origin),
+) -> Result<WebhookConfig, ConfigError> {
+    let a = s.args;
+    let empty = Default::default();
+    let f = s.file.map(|f| &f.values).unwrap_or(&empty);
+    let urls = r.list(
+        &opt("--webhook", "LEADERD_WEBHOOK_URL", "webhook.urls"),
+        &a.webhook,
+        &f.webhook.urls,
+        values::parse_webhook_url,
+    )?;
+    let urls = or_default(urls, Vec::new(), "none");
+    note(
+        "webhook.urls",
+        format!(
+            "{:?}",
+            urls.value
+                .iter()
+                .map(|u| values::redact_url(u.as_str()))
+                .collect::<Vec<_>>()
+        ),
+        &urls.origin,
+    );
+    let secret = r.env("LEADERD_WEBHOOK_SECRET")?.map(values::Secret::new);
+    let secret_file = r.scalar(
+        &Opt {
+            flag: "--webhook-secret-file",
+            env: None,
+            key: "webhook.secret_file",
+        },
+        a.webhook_secret_file.as_ref().and_then(|p| p.to_str()),
+        &f.webhook.secret_file,
+        |p| Ok(PathBuf::from(p)),
+    )?;
+    if secret.is_some() && secret_file.is_some() {
+        return Err(ConfigError(
+            "both LEADERD_WEBHOOK_SECRET and a webhook secret file are set; choose one".into(),
+        ));
+    }
+    if secret.is_some() {
+        note(
+            "webhook.secret",
+            "\"***\"".into(),
+            &Origin::Env("LEADERD_WEBHOOK_SECRET"),
+        );
+    }
+    if let Some(file) = &secret_file {
+        note(
+            "webhook.secret_file",
+            format!("{:?}", file.value.display().to_string()),
+            &file.origin,
+        );
+    }
+    Ok(WebhookConfig {
+        urls: urls.value,
+        secret,
+        secret_file: secret_file.map(|f| f.value),
+    })
+}

@@ -1,0 +1,308 @@
+//! Precedence, units and validation, tested without files or the process env.
+
+use super::*;
+use std::collections::HashMap;
+
+struct Case {
+    args: ConfigArgs,
+    env: HashMap<&'static str, &'static str>,
+    file: Option<ConfigFile>,
+}
+
+impl Case {
+    fn new() -> Self {
+        Case {
+            args: ConfigArgs::default(),
+            env: HashMap::new(),
+            file: None,
+        }
+    }
+    fn env(mut self, k: &'static str, v: &'static str) -> Self {
+        self.env.insert(k, v);
+        self
+    }
+    fn file(mut self, text: &str) -> Self {
+        self.file = Some(ConfigFile::parse("leaderd.toml", text).expect("test TOML parses"));
+        self
+    }
+    fn args(mut self, f: impl FnOnce(&mut ConfigArgs)) -> Self {
+        f(&mut self.args);
+        self
+    }
+    fn build(&self) -> Result<Config, ConfigError> {
+        let env = |name: &str| self.env.get(name).map(OsString::from);
+        Config::from_sources(Sources {
+            args: &self.args,
+            command: &[],
+            file: self.file.as_ref(),
+            env: &env,
+            hostname: Some("host-1".into()),
+        })
+    }
+    fn err(&self) -> String {
+        self.build().expect_err("config should be refused").0
+    }
+}
+
+#[test]
+fn defaults_apply_when_nothing_is_set() {
+    let c = Case::new().build().unwrap();
+    assert_eq!(c.key, "leaderd");
+    assert_eq!(c.id, "host-1");
+    assert_eq!(
+        c.timing,
+        Timing {
+            ttl: Duration::from_secs(10),
+            renew_interval: Duration::from_millis(3333),
+            renew_deadline: Duration::from_millis(6666),
+            retry_interval: Duration::from_secs(2),
+        }
+    );
+    assert_eq!(c.http, Some(([127, 0, 0, 1], 4040).into()));
+    assert!(matches!(
+        c.backend,
+        BackendConfig::LockFile { implicit: true, .. }
+    ));
+    assert_eq!(c.child.on_exit, OnChildExit::Release);
+    assert_eq!(c.log.format, LogFormat::Text);
+}
+
+#[test]
+fn precedence_is_flag_then_env_then_file_then_default() {
+    let file = "key = \"from-file\"\n[lease]\nttl = \"30s\"\nretry_interval = \"3s\"\n[log]\nformat = \"json\"\n";
+    let all = Case::new()
+        .file(file)
+        .env("LEADERD_KEY", "from-env")
+        .env("LEADERD_TTL", "20s")
+        .args(|a| a.key = Some("from-flag".into()));
+    let c = all.build().unwrap();
+    assert_eq!(c.key, "from-flag", "flag beats env and file");
+    assert_eq!(c.timing.ttl, Duration::from_secs(20), "env beats file");
+    assert_eq!(
+        c.timing.retry_interval,
+        Duration::from_secs(3),
+        "file beats default"
+    );
+    assert_eq!(c.log.format, LogFormat::Json);
+    assert_eq!(
+        c.timing.renew_interval,
+        Duration::from_millis(6666),
+        "derived default follows ttl"
+    );
+    let describe = c.describe();
+    assert!(
+        describe.contains("key = \"from-flag\"  # --key"),
+        "{describe}"
+    );
+    assert!(
+        describe.contains("lease.ttl = \"20s\"  # LEADERD_TTL"),
+        "{describe}"
+    );
+    assert!(
+        describe.contains(
+            "lease.retry_interval = \"3s\"  # leaderd.toml line 4 (lease.retry_interval)"
+        ),
+        "{describe}"
+    );
+}
+
+#[test]
+fn id_defaults_to_pod_name_then_host_name() {
+    assert_eq!(
+        Case::new().env("POD_NAME", "web-0").build().unwrap().id,
+        "web-0"
+    );
+    assert_eq!(
+        Case::new()
+            .env("LEADERD_ID", "me")
+            .env("POD_NAME", "web-0")
+            .build()
+            .unwrap()
+            .id,
+        "me"
+    );
+}
+
+#[test]
+fn unknown_file_key_is_named_with_its_line() {
+    let err =
+        ConfigFile::parse("leaderd.toml", "key = \"a\"\n[lease]\nttll = \"1s\"\n").unwrap_err();
+    assert!(
+        err.contains("leaderd.toml") && err.contains("line 3") && err.contains("ttll"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bare_number_is_refused_everywhere() {
+    let err = ConfigFile::parse("leaderd.toml", "[lease]\nttl = 10\n").unwrap_err();
+    assert!(err.contains("line 2") && err.contains("\"10s\""), "{err}");
+    let err = Case::new().file("[lease]\nttl = \"10\"\n").err();
+    assert!(
+        err.starts_with("leaderd.toml line 2 (lease.ttl):") && err.contains("no unit"),
+        "{err}"
+    );
+    let err = Case::new().env("LEADERD_TTL", "10").err();
+    assert!(
+        err.starts_with("LEADERD_TTL:") && err.contains("10s"),
+        "{err}"
+    );
+    let err = Case::new().args(|a| a.ttl = Some("10".into())).err();
+    assert!(
+        err.starts_with("--ttl:") && err.contains("no unit"),
+        "{err}"
+    );
+}
+
+#[test]
+fn empty_env_var_is_an_error_not_a_default() {
+    let err = Case::new().env("LEADERD_TTL", "").err();
+    assert!(err.contains("LEADERD_TTL is set but empty"), "{err}");
+    let err = Case::new().env("LEADERD_REDIS_URL", "").err();
+    assert!(err.contains("LEADERD_REDIS_URL is set but empty"), "{err}");
+}
+
+#[test]
+fn each_timing_relation_is_enforced_and_named() {
+    let redis = |a: &mut ConfigArgs| a.redis = vec!["redis://127.0.0.1:6379".into()];
+
+    let err = Case::new()
+        .args(redis)
+        .args(|a| a.redis_timeout = Some("4s".into()))
+        .err();
+    assert!(
+        err.contains("redis.timeout = 4s (--redis-timeout)")
+            && err.contains("lease.renew_interval = 3333ms (default: ttl / 3)"),
+        "{err}"
+    );
+
+    let err = Case::new().env("LEADERD_RENEW_INTERVAL", "7s").err();
+    assert!(err.contains("lease.renew_interval = 7s (LEADERD_RENEW_INTERVAL) must be shorter than lease.renew_deadline"), "{err}");
+
+    let err = Case::new()
+        .file("[lease]\nttl = \"5s\"\nrenew_deadline = \"6s\"\nrenew_interval = \"1s\"\n")
+        .err();
+    assert!(err.contains("lease.renew_deadline = 6s (leaderd.toml line 3 (lease.renew_deadline)) must be shorter than lease.ttl = 5s (leaderd.toml line 2"), "{err}");
+
+    let err = Case::new()
+        .args(|a| a.renew_deadline = Some("9500ms".into()))
+        .err();
+    assert!(
+        err.contains("to stop the work") && err.contains("set renew_deadline ≤ 8398ms"),
+        "{err}"
+    );
+
+    let err = Case::new()
+        .args(|a| a.retry_interval = Some("0s".into()))
+        .err();
+    assert!(
+        err.starts_with("--retry-interval:") && err.contains("greater than zero"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_redis_timeout_only_matters_with_redis() {
+    assert!(
+        Case::new()
+            .args(|a| a.redis_timeout = Some("4s".into()))
+            .build()
+            .is_ok()
+    );
+}
+
+#[test]
+fn malformed_redis_url_is_named_and_redacted() {
+    let err = Case::new()
+        .args(|a| a.redis = vec!["redis://u:hunter2@:6379".into()])
+        .err();
+    assert!(
+        err.starts_with("--redis:") && !err.contains("hunter2") && err.contains("u:***@"),
+        "{err}"
+    );
+}
+
+#[test]
+fn backends_are_exclusive_and_kubernetes_needs_redis() {
+    let err = Case::new()
+        .args(|a| {
+            a.redis = vec!["redis://127.0.0.1:6379".into()];
+            a.lock_file = Some("/tmp/x.lock".into());
+        })
+        .err();
+    assert!(
+        err.contains("choose one") && err.contains("--redis") && err.contains("--lock-file"),
+        "{err}"
+    );
+    let err = Case::new().env("KUBERNETES_SERVICE_HOST", "10.0.0.1").err();
+    assert!(
+        err.contains("Kubernetes") && err.contains("--redis"),
+        "{err}"
+    );
+    let explicit = Case::new()
+        .env("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+        .args(|a| a.lock_file = Some("/shared/l".into()));
+    assert!(
+        explicit.build().is_ok(),
+        "an explicit lock file is the user's choice"
+    );
+}
+
+#[test]
+fn implicit_lock_file_lives_in_the_runtime_dir() {
+    let c = Case::new()
+        .env("XDG_RUNTIME_DIR", "/run/user/7")
+        .args(|a| a.key = Some("jobs/a".into()))
+        .build()
+        .unwrap();
+    match c.backend {
+        BackendConfig::LockFile { path, implicit } => {
+            assert!(implicit);
+            assert_eq!(path, PathBuf::from("/run/user/7/leaderd-jobs_a.lock"));
+        }
+        other => panic!("expected lock file, got {other:?}"),
+    }
+}
+
+#[test]
+fn redis_urls_come_from_a_comma_separated_env_var() {
+    let err = Case::new()
+        .env("LEADERD_REDIS_URL", "redis://a:1,redis://b:2")
+        .err();
+    assert!(err.contains("LEADERD_REDIS_URL: 2 Redis URLs"), "{err}");
+    let c = Case::new()
+        .env("LEADERD_REDIS_URL", "redis://a:pw@h:1")
+        .build()
+        .unwrap();
+    assert!(c.describe().contains("redis://a:***@h:1") && !c.describe().contains("pw"));
+}
+
+#[test]
+fn other_values_name_their_source() {
+    let err = Case::new().file("[child]\non_exit = \"explode\"\n").err();
+    assert!(
+        err.starts_with("leaderd.toml line 2 (child.on_exit):"),
+        "{err}"
+    );
+    let err = Case::new().env("LEADERD_HTTP", "localhost").err();
+    assert!(err.starts_with("LEADERD_HTTP:"), "{err}");
+    let err = Case::new().args(|a| a.key = Some("a b".into())).err();
+    assert!(err.starts_with("--key:"), "{err}");
+    let err = Case::new().env("LEADERD_LOG_FORMAT", "yaml").err();
+    assert!(err.starts_with("LEADERD_LOG_FORMAT:"), "{err}");
+    let err = Case::new().file("[child]\ncommand = []\n").err();
+    assert!(
+        err.contains("child.command") && err.contains("empty"),
+        "{err}"
+    );
+}
+
+#[test]
+fn webhook_secret_never_prints() {
+    let c = Case::new()
+        .env("LEADERD_WEBHOOK_SECRET", "whsec-hunter2")
+        .build()
+        .unwrap();
+    assert!(!c.describe().contains("hunter2"));
+    assert!(!format!("{c:?}").contains("hunter2"));
+}

@@ -1,0 +1,4 @@
+//! leaderd: a leader-election sidecar.
+pub mod cli;
+pub mod config;
+pub mod timing;

@@ -1,0 +1,102 @@
+//! The lease's timing rules (PRODUCT §4) in one place: how long a lease is
+//! valid, when to renew, when to give up, and how much room is kept to kill
+//! the work before anyone else can win.
+
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Validated lease timing. Invariant (enforced by `config`):
+/// `renew_interval < renew_deadline < ttl − drift − kill_margin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub ttl: Duration,
+    pub renew_interval: Duration,
+    pub renew_deadline: Duration,
+    pub retry_interval: Duration,
+}
+
+impl Timing {
+    /// Allowance for clock-rate differences between us and Redis: `ttl × 1% + 2ms`.
+    pub fn drift(&self) -> Duration {
+        self.ttl / 100 + Duration::from_millis(2)
+    }
+
+    /// How long before the lease's validity end the work must already have been
+    /// SIGKILLed, so that it is dead (and reaped) before anyone else can win:
+    /// 5% of the ttl, at least 20ms.
+    pub fn kill_margin(&self) -> Duration {
+        (self.ttl / 20).max(Duration::from_millis(20))
+    }
+
+    /// The local instant until which a lease acquired or renewed by a request
+    /// *sent* at `sent_at` is ours: `sent_at + ttl − drift`.
+    pub fn validity_end(&self, sent_at: Instant) -> Instant {
+        sent_at + self.ttl - self.drift()
+    }
+
+    /// Latest instant the work may still run after losing the lease.
+    pub fn kill_by(&self, validity_end: Instant) -> Instant {
+        validity_end - self.kill_margin()
+    }
+
+    /// How long to wait between renewal attempts after one failed: short enough
+    /// that several attempts fit before the renew deadline, never longer than
+    /// the retry interval.
+    pub fn renew_retry_delay(&self) -> Duration {
+        let window = self.renew_deadline.saturating_sub(self.renew_interval);
+        (window / 4)
+            .min(self.retry_interval)
+            .max(Duration::from_millis(10))
+    }
+
+    /// Time left after the renew deadline to stop the work gracefully before
+    /// it must be killed. Zero when the timing leaves no room.
+    pub fn stop_window(&self) -> Duration {
+        self.ttl
+            .saturating_sub(self.drift())
+            .saturating_sub(self.kill_margin())
+            .saturating_sub(self.renew_deadline)
+    }
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        let ttl = Duration::from_secs(10);
+        Timing {
+            ttl,
+            renew_interval: ttl / 3,
+            renew_deadline: ttl * 2 / 3,
+            retry_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_leave_room_to_stop_the_work() {
+        let t = Timing::default();
+        assert_eq!(t.drift(), Duration::from_millis(102));
+        assert_eq!(t.kill_margin(), Duration::from_millis(500));
+        assert!(t.stop_window() > Duration::from_secs(2));
+    }
+
+    #[test]
+    fn validity_counts_from_the_send_instant() {
+        let t = Timing::default();
+        let sent = Instant::now();
+        assert_eq!(t.validity_end(sent), sent + Duration::from_millis(9898));
+        assert_eq!(
+            t.kill_by(t.validity_end(sent)),
+            sent + Duration::from_millis(9398)
+        );
+    }
+
+    #[test]
+    fn renew_retries_fit_before_the_deadline() {
+        let t = Timing::default();
+        assert!(t.renew_retry_delay() * 3 < t.renew_deadline - t.renew_interval);
+    }
+}
