@@ -1,4 +1,5 @@
 //! leaderd: a leader-election sidecar.
 pub mod cli;
 pub mod config;
+pub mod machine;
 pub mod timing;

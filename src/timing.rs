@@ -60,12 +60,12 @@ impl Timing {
 }
 
 impl Default for Timing {
+    /// PRODUCT §2's defaults, rounded to whole milliseconds as `config` does.
     fn default() -> Self {
-        let ttl = Duration::from_secs(10);
         Timing {
-            ttl,
-            renew_interval: ttl / 3,
-            renew_deadline: ttl * 2 / 3,
+            ttl: Duration::from_secs(10),
+            renew_interval: Duration::from_millis(3333),
+            renew_deadline: Duration::from_millis(6666),
             retry_interval: Duration::from_secs(2),
         }
     }

@@ -1,0 +1,265 @@
+//! The pure election state machine of PRODUCT §3:
+//! `step(state, event, now) -> Transition { next, actions, reason }`.
+//!
+//! No I/O and no clock of its own: the runner feeds it events (timer ticks,
+//! lease results, work reports, signals) with the current instant and performs
+//! the actions it returns. States carry the data they need, so "working
+//! without a lease" cannot be written, and shutdown is one ordinary event that
+//! every state handles.
+
+#[cfg(test)]
+mod tests;
+
+use crate::timing::Timing;
+use std::fmt;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A lease we hold: its fencing token and when the request that last
+/// acquired or renewed it was *sent* (validity counts from there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub fencing_token: u64,
+    pub sent_at: Instant,
+}
+
+/// Renewal bookkeeping while we hold a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renewal {
+    /// A renew request is outstanding; its result will come back as an event.
+    pub in_flight: bool,
+    /// After a failed renewal: when to try again.
+    pub retry_at: Option<Instant>,
+}
+
+impl Renewal {
+    const IN_FLIGHT: Renewal = Renewal {
+        in_flight: true,
+        retry_at: None,
+    };
+    const IDLE: Renewal = Renewal {
+        in_flight: false,
+        retry_at: None,
+    };
+}
+
+/// What follows once the work has stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterPause {
+    /// Release the lease (owner-checked), then exit or wait.
+    Release { exit: bool },
+    /// The lease is someone else's: just wait.
+    Wait,
+}
+
+/// What follows once the release has been answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRelease {
+    Exit,
+    Wait,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Idle,
+    Acquiring {
+        shutdown: bool,
+    },
+    Working {
+        lease: Lease,
+    },
+    Renewing {
+        lease: Lease,
+        renewal: Renewal,
+    },
+    /// Stopping the work. `lease` is `Some` while it may still be ours; it is
+    /// kept renewed only on shutdown (`after = Release { exit: true }`), so the
+    /// work can stop gracefully without anyone else winning meanwhile.
+    Pausing {
+        lease: Option<Lease>,
+        renewal: Renewal,
+        stop_started: Instant,
+        kill_at: Instant,
+        after: AfterPause,
+    },
+    Releasing {
+        after: AfterRelease,
+    },
+    Waiting {
+        until: Instant,
+    },
+}
+
+/// The state names of PRODUCT §3, as spelled in logs, `/leader` and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StateName {
+    Idle,
+    Acquiring,
+    Working,
+    Renewing,
+    Pausing,
+    Releasing,
+    Waiting,
+}
+
+impl StateName {
+    pub const ALL: [StateName; 7] = [
+        StateName::Idle,
+        StateName::Acquiring,
+        StateName::Working,
+        StateName::Renewing,
+        StateName::Pausing,
+        StateName::Releasing,
+        StateName::Waiting,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StateName::Idle => "idle",
+            StateName::Acquiring => "acquiring",
+            StateName::Working => "working",
+            StateName::Renewing => "renewing",
+            StateName::Pausing => "pausing",
+            StateName::Releasing => "releasing",
+            StateName::Waiting => "waiting",
+        }
+    }
+}
+
+impl fmt::Display for StateName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl State {
+    pub fn name(&self) -> StateName {
+        match self {
+            State::Idle => StateName::Idle,
+            State::Acquiring { .. } => StateName::Acquiring,
+            State::Working { .. } => StateName::Working,
+            State::Renewing { .. } => StateName::Renewing,
+            State::Pausing { .. } => StateName::Pausing,
+            State::Releasing { .. } => StateName::Releasing,
+            State::Waiting { .. } => StateName::Waiting,
+        }
+    }
+
+    /// The lease we hold and run the work under: only while working or
+    /// renewing. Pausing is already stepping down.
+    pub fn leading(&self) -> Option<Lease> {
+        match self {
+            State::Working { lease } | State::Renewing { lease, .. } => Some(*lease),
+            _ => None,
+        }
+    }
+}
+
+/// Something that happened. Past tense; the runner reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Started,
+    /// A deadline from [`Machine::next_deadline`] may have passed.
+    Tick,
+    Acquired {
+        fencing_token: u64,
+        sent_at: Instant,
+    },
+    /// Someone else holds the lease; `expires_in` is its remaining time when known.
+    Refused {
+        expires_in: Option<Duration>,
+    },
+    /// The backend failed; `misconfigured` for errors retrying cannot fix
+    /// soon (wrong password, missing permission), which are retried slowly.
+    AcquireFailed {
+        misconfigured: bool,
+    },
+    Renewed {
+        sent_at: Instant,
+    },
+    RenewFailed,
+    /// A renewal found another token, or no lease, in the key.
+    Lost,
+    Released,
+    /// The work has stopped completely (child reaped).
+    WorkStopped,
+    /// A release was announced by the holder: worth trying now.
+    ReleaseNotified,
+    ShutdownRequested,
+}
+
+/// Something to do. Imperative; the runner performs them in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Acquire,
+    Renew,
+    Release,
+    StartWork {
+        fencing_token: u64,
+    },
+    /// Stop the work; SIGKILL no later than `kill_at`. Sent again with an
+    /// updated `kill_at` when the lease's validity moves.
+    StopWork {
+        kill_at: Instant,
+    },
+    Exit,
+}
+
+/// Why a transition happened, spelled as in the logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Start,
+    Acquired,
+    HeldByOther,
+    BackendError,
+    RenewDue,
+    Renewed,
+    RenewFailed,
+    LeaseLost,
+    RenewDeadlinePassed,
+    Shutdown,
+    WorkStopped,
+    Released,
+    RetryDue,
+    ReleaseNotified,
+    Ignored,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Start => "start",
+            Reason::Acquired => "lease acquired",
+            Reason::HeldByOther => "lease held by another candidate",
+            Reason::BackendError => "backend error",
+            Reason::RenewDue => "renewal due",
+            Reason::Renewed => "lease renewed",
+            Reason::RenewFailed => "renewal failed",
+            Reason::LeaseLost => "lease lost to another token",
+            Reason::RenewDeadlinePassed => "renew deadline passed without a successful renewal",
+            Reason::Shutdown => "shutdown requested",
+            Reason::WorkStopped => "work stopped",
+            Reason::Released => "lease released",
+            Reason::RetryDue => "retry due",
+            Reason::ReleaseNotified => "release notified",
+            Reason::Ignored => "event does not apply in this state",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub next: State,
+    pub actions: Vec<Action>,
+    pub reason: Reason,
+}
+
+/// The machine's fixed parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct Machine {
+    pub timing: Timing,
+    /// Grace for the work to stop before SIGKILL (shortened to fit the lease).
+    pub stop_timeout: Duration,
+}
+
+mod step;

@@ -1,0 +1,430 @@
+//! The transition function and the timer it asks for.
+
+use super::*;
+
+fn to(next: State, actions: &[Action], reason: Reason) -> Transition {
+    Transition {
+        next,
+        actions: actions.to_vec(),
+        reason,
+    }
+}
+
+fn stay(state: &State) -> Transition {
+    to(*state, &[], Reason::Ignored)
+}
+
+impl Machine {
+    /// How long to back off after a backend error: the retry interval, and for
+    /// errors only a person can fix (auth, permissions) at least 10 s, so a
+    /// misconfiguration is loud in the logs but never a hot loop.
+    pub fn backoff(&self, misconfigured: bool) -> Duration {
+        if misconfigured {
+            (self.timing.retry_interval * 5).max(Duration::from_secs(10))
+        } else {
+            self.timing.retry_interval
+        }
+    }
+
+    fn renew_due(&self, lease: &Lease) -> Instant {
+        lease.sent_at + self.timing.renew_interval
+    }
+
+    fn renew_deadline(&self, lease: &Lease) -> Instant {
+        lease.sent_at + self.timing.renew_deadline
+    }
+
+    fn kill_by(&self, lease: &Lease) -> Instant {
+        self.timing.kill_by(self.timing.validity_end(lease.sent_at))
+    }
+
+    /// Start stopping the work.
+    fn pause(
+        &self,
+        lease: Option<Lease>,
+        renewal: Renewal,
+        after: AfterPause,
+        reason: Reason,
+        now: Instant,
+    ) -> Transition {
+        let graceful = now + self.stop_timeout;
+        let kill_at = lease
+            .map_or(now, |l| graceful.min(self.kill_by(&l)))
+            .min(graceful);
+        let next = State::Pausing {
+            lease,
+            renewal,
+            stop_started: now,
+            kill_at,
+            after,
+        };
+        to(next, &[Action::StopWork { kill_at }], reason)
+    }
+
+    /// The next instant at which a [`Event::Tick`] may change something.
+    pub fn next_deadline(&self, state: &State) -> Option<Instant> {
+        match state {
+            State::Working { lease } => Some(self.renew_due(lease)),
+            State::Renewing { lease, renewal } => {
+                Some(self.renewal_deadline(lease, renewal, self.renew_deadline(lease)))
+            }
+            State::Pausing {
+                lease: Some(lease),
+                renewal,
+                after: AfterPause::Release { exit: true },
+                ..
+            } => {
+                let next_try = if renewal.in_flight {
+                    None
+                } else {
+                    Some(renewal.retry_at.unwrap_or(self.renew_due(lease)))
+                };
+                Some(next_try.map_or(self.renew_deadline(lease), |t| {
+                    t.min(self.renew_deadline(lease))
+                }))
+            }
+            State::Waiting { until } => Some(*until),
+            _ => None,
+        }
+    }
+
+    fn renewal_deadline(&self, _lease: &Lease, renewal: &Renewal, deadline: Instant) -> Instant {
+        match (renewal.in_flight, renewal.retry_at) {
+            (false, Some(retry)) => retry.min(deadline),
+            _ => deadline,
+        }
+    }
+
+    /// The transition for `event` in `state` at `now`. Never panics; an event
+    /// that does not apply leaves the state as it is.
+    pub fn step(&self, state: &State, event: Event, now: Instant) -> Transition {
+        use Event as E;
+        use State as S;
+        if event == E::ShutdownRequested {
+            return self.on_shutdown(state, now);
+        }
+        match (*state, event) {
+            (S::Idle, E::Started) => to(
+                S::Acquiring { shutdown: false },
+                &[Action::Acquire],
+                Reason::Start,
+            ),
+
+            (
+                S::Acquiring { shutdown: true },
+                E::Acquired { .. } | E::Refused { .. } | E::AcquireFailed { .. },
+            ) => {
+                // Release even after a refusal or failure: a timed-out acquire may
+                // have succeeded, and the release is owner-checked.
+                to(
+                    S::Releasing {
+                        after: AfterRelease::Exit,
+                    },
+                    &[Action::Release],
+                    Reason::Shutdown,
+                )
+            }
+            (
+                S::Acquiring { .. },
+                E::Acquired {
+                    fencing_token,
+                    sent_at,
+                },
+            ) => {
+                let lease = Lease {
+                    fencing_token,
+                    sent_at,
+                };
+                if now >= self.renew_deadline(&lease) {
+                    // Answered so late that the lease is nearly spent: never start
+                    // work on it; hand it back.
+                    return to(
+                        S::Releasing {
+                            after: AfterRelease::Wait,
+                        },
+                        &[Action::Release],
+                        Reason::RenewDeadlinePassed,
+                    );
+                }
+                to(
+                    S::Working { lease },
+                    &[Action::StartWork { fencing_token }],
+                    Reason::Acquired,
+                )
+            }
+            (S::Acquiring { .. }, E::Refused { expires_in }) => {
+                let wait = expires_in.map_or(self.timing.retry_interval, |e| {
+                    e.min(self.timing.retry_interval)
+                });
+                to(S::Waiting { until: now + wait }, &[], Reason::HeldByOther)
+            }
+            (S::Acquiring { .. }, E::AcquireFailed { misconfigured }) => to(
+                S::Waiting {
+                    until: now + self.backoff(misconfigured),
+                },
+                &[],
+                Reason::BackendError,
+            ),
+
+            (S::Working { lease }, E::Tick) => {
+                if now >= self.renew_deadline(&lease) {
+                    self.pause(
+                        Some(lease),
+                        Renewal::IDLE,
+                        AfterPause::Release { exit: false },
+                        Reason::RenewDeadlinePassed,
+                        now,
+                    )
+                } else if now >= self.renew_due(&lease) {
+                    to(
+                        S::Renewing {
+                            lease,
+                            renewal: Renewal::IN_FLIGHT,
+                        },
+                        &[Action::Renew],
+                        Reason::RenewDue,
+                    )
+                } else {
+                    stay(state)
+                }
+            }
+
+            (S::Renewing { lease, renewal }, E::Tick) => {
+                if now >= self.renew_deadline(&lease) {
+                    self.pause(
+                        Some(lease),
+                        renewal,
+                        AfterPause::Release { exit: false },
+                        Reason::RenewDeadlinePassed,
+                        now,
+                    )
+                } else if !renewal.in_flight && renewal.retry_at.is_some_and(|t| now >= t) {
+                    to(
+                        S::Renewing {
+                            lease,
+                            renewal: Renewal::IN_FLIGHT,
+                        },
+                        &[Action::Renew],
+                        Reason::RenewDue,
+                    )
+                } else {
+                    stay(state)
+                }
+            }
+            (S::Renewing { lease, renewal }, E::Renewed { sent_at }) if renewal.in_flight => {
+                let lease = Lease {
+                    sent_at: sent_at.max(lease.sent_at),
+                    ..lease
+                };
+                to(S::Working { lease }, &[], Reason::Renewed)
+            }
+            (S::Renewing { lease, renewal }, E::RenewFailed) if renewal.in_flight => {
+                let renewal = Renewal {
+                    in_flight: false,
+                    retry_at: Some(now + self.timing.renew_retry_delay()),
+                };
+                to(S::Renewing { lease, renewal }, &[], Reason::RenewFailed)
+            }
+            (S::Renewing { lease, .. }, E::Lost) => self
+                .pause(
+                    Some(lease),
+                    Renewal::IDLE,
+                    AfterPause::Wait,
+                    Reason::LeaseLost,
+                    now,
+                )
+                .with_lease(None),
+
+            (S::Pausing { .. }, event) => self.pausing(state, event, now),
+
+            (S::Releasing { after }, E::Released) => match after {
+                AfterRelease::Exit => to(S::Idle, &[Action::Exit], Reason::Released),
+                AfterRelease::Wait => to(
+                    S::Waiting {
+                        until: now + self.timing.retry_interval,
+                    },
+                    &[],
+                    Reason::Released,
+                ),
+            },
+
+            (S::Waiting { until }, E::Tick) if now >= until => to(
+                S::Acquiring { shutdown: false },
+                &[Action::Acquire],
+                Reason::RetryDue,
+            ),
+            (S::Waiting { .. }, E::ReleaseNotified) => to(
+                S::Acquiring { shutdown: false },
+                &[Action::Acquire],
+                Reason::ReleaseNotified,
+            ),
+
+            _ => stay(state),
+        }
+    }
+
+    fn pausing(&self, state: &State, event: Event, now: Instant) -> Transition {
+        let State::Pausing {
+            lease,
+            renewal,
+            stop_started,
+            kill_at,
+            after,
+        } = *state
+        else {
+            return stay(state);
+        };
+        let keep_renewing = after == AfterPause::Release { exit: true };
+        let with = |lease: Option<Lease>, renewal: Renewal, kill_at: Instant| State::Pausing {
+            lease,
+            renewal,
+            stop_started,
+            kill_at,
+            after,
+        };
+        match (event, lease) {
+            (Event::WorkStopped, _) => match after {
+                AfterPause::Release { exit } => {
+                    let after = if exit {
+                        AfterRelease::Exit
+                    } else {
+                        AfterRelease::Wait
+                    };
+                    to(
+                        State::Releasing { after },
+                        &[Action::Release],
+                        Reason::WorkStopped,
+                    )
+                }
+                AfterPause::Wait => to(
+                    State::Waiting {
+                        until: now + self.timing.retry_interval,
+                    },
+                    &[],
+                    Reason::WorkStopped,
+                ),
+            },
+            (Event::Tick, Some(held)) if keep_renewing => {
+                if now >= self.renew_deadline(&held) {
+                    to(
+                        with(None, Renewal::IDLE, kill_at),
+                        &[],
+                        Reason::RenewDeadlinePassed,
+                    )
+                } else if !renewal.in_flight
+                    && now >= renewal.retry_at.unwrap_or(self.renew_due(&held))
+                {
+                    to(
+                        with(lease, Renewal::IN_FLIGHT, kill_at),
+                        &[Action::Renew],
+                        Reason::RenewDue,
+                    )
+                } else {
+                    stay(state)
+                }
+            }
+            (Event::Renewed { sent_at }, Some(held)) if renewal.in_flight => {
+                let held = Lease {
+                    sent_at: sent_at.max(held.sent_at),
+                    ..held
+                };
+                let moved = (stop_started + self.stop_timeout).min(self.kill_by(&held));
+                let actions: &[Action] = if moved != kill_at {
+                    &[Action::StopWork { kill_at: moved }]
+                } else {
+                    &[]
+                };
+                to(
+                    with(Some(held), Renewal::IDLE, moved),
+                    actions,
+                    Reason::Renewed,
+                )
+            }
+            (Event::RenewFailed, Some(_)) if renewal.in_flight => {
+                let renewal = Renewal {
+                    in_flight: false,
+                    retry_at: Some(now + self.timing.renew_retry_delay()),
+                };
+                to(with(lease, renewal, kill_at), &[], Reason::RenewFailed)
+            }
+            (Event::Renewed { .. } | Event::RenewFailed, _) => {
+                to(with(lease, Renewal::IDLE, kill_at), &[], Reason::Ignored)
+            }
+            (Event::Lost, _) => to(with(None, Renewal::IDLE, kill_at), &[], Reason::LeaseLost),
+            _ => stay(state),
+        }
+    }
+
+    fn on_shutdown(&self, state: &State, now: Instant) -> Transition {
+        use State as S;
+        let reason = Reason::Shutdown;
+        match *state {
+            S::Idle => to(S::Idle, &[Action::Exit], reason),
+            S::Acquiring { .. } => to(S::Acquiring { shutdown: true }, &[], reason),
+            S::Working { lease } => self.pause(
+                Some(lease),
+                Renewal::IDLE,
+                AfterPause::Release { exit: true },
+                reason,
+                now,
+            ),
+            S::Renewing { lease, renewal } => self.pause(
+                Some(lease),
+                renewal,
+                AfterPause::Release { exit: true },
+                reason,
+                now,
+            ),
+            S::Pausing {
+                lease,
+                renewal,
+                stop_started,
+                kill_at,
+                ..
+            } => {
+                let sooner = kill_at.min(now + self.stop_timeout);
+                let actions: &[Action] = if sooner != kill_at {
+                    &[Action::StopWork { kill_at: sooner }]
+                } else {
+                    &[]
+                };
+                let after = AfterPause::Release { exit: true };
+                to(
+                    S::Pausing {
+                        lease,
+                        renewal,
+                        stop_started,
+                        kill_at: sooner,
+                        after,
+                    },
+                    actions,
+                    reason,
+                )
+            }
+            S::Releasing { .. } => to(
+                S::Releasing {
+                    after: AfterRelease::Exit,
+                },
+                &[],
+                reason,
+            ),
+            S::Waiting { .. } => to(
+                S::Releasing {
+                    after: AfterRelease::Exit,
+                },
+                &[Action::Release],
+                reason,
+            ),
+        }
+    }
+}
+
+impl Transition {
+    /// Replaces the lease a `Pausing` state keeps (used when it was lost).
+    fn with_lease(mut self, new: Option<Lease>) -> Self {
+        if let State::Pausing { lease, .. } = &mut self.next {
+            *lease = new;
+        }
+        self
+    }
+}
