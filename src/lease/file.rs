@@ -1,0 +1,231 @@
+//! The lock-file lease, the embedded default: an exclusive `flock` on a file
+//! coordinates the processes of one host, and the kernel frees it the moment
+//! the holder dies. The file's content names the holder and the fencing token
+//! (`cat` it to see who leads); the lock, not the content, decides.
+
+use super::{Acquire, Error, Holder, Peek, Renew};
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How soon a refused candidate looks again. A lock file has no TTL to wait
+/// for, and a try-lock costs one system call.
+const POLL: Duration = Duration::from_millis(200);
+
+pub struct FileLease {
+    path: PathBuf,
+    id: String,
+    held: Option<File>,
+    highest_fencing: u64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Content {
+    id: String,
+    fencing_token: u64,
+}
+
+impl FileLease {
+    pub fn new(path: &Path, id: &str) -> Self {
+        FileLease {
+            path: path.to_path_buf(),
+            id: id.to_string(),
+            held: None,
+            highest_fencing: 0,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        format!("lock file {}", self.path.display())
+    }
+
+    fn error(&self, detail: impl std::fmt::Display) -> Error {
+        Error::File {
+            path: self.path.display().to_string(),
+            detail: detail.to_string(),
+        }
+    }
+
+    fn open(&self) -> Result<File, Error> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.path)
+            .map_err(|e| {
+                self.error(format!(
+                    "{e}; check that the directory exists and is writable"
+                ))
+            })
+    }
+
+    fn read_content(file: &mut File) -> Option<Content> {
+        let mut text = String::new();
+        file.rewind().ok()?;
+        file.read_to_string(&mut text).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    pub fn acquire(&mut self) -> Result<Acquire, Error> {
+        let sent_at = Instant::now();
+        if self.held.is_some() {
+            return Err(self.error("acquire while already holding the lock"));
+        }
+        let mut file = self.open()?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                let holder = Self::read_content(&mut file).map(|c| Holder {
+                    id: Some(c.id),
+                    fencing_token: Some(c.fencing_token),
+                });
+                if let Some(f) = holder.as_ref().and_then(|h| h.fencing_token) {
+                    self.highest_fencing = self.highest_fencing.max(f);
+                }
+                return Ok(Acquire::Held {
+                    holder: holder.unwrap_or(Holder {
+                        id: None,
+                        fencing_token: None,
+                    }),
+                    expires_in: Some(POLL),
+                });
+            }
+            Err(TryLockError::Error(e)) => return Err(self.error(e)),
+        }
+        let previous = Self::read_content(&mut file).map_or(0, |c| c.fencing_token);
+        let fencing_token = previous.max(self.highest_fencing) + 1;
+        let content = serde_json::to_string(&Content {
+            id: self.id.clone(),
+            fencing_token,
+        })
+        .expect("plain struct serialises");
+        let written = file
+            .set_len(0)
+            .and_then(|_| file.rewind())
+            .and_then(|_| file.write_all(format!("{content}\n").as_bytes()))
+            .and_then(|_| file.sync_data());
+        if let Err(e) = written {
+            return Err(self.error(format!("cannot record the fencing token: {e}")));
+        }
+        self.highest_fencing = fencing_token;
+        self.held = Some(file);
+        Ok(Acquire::Won {
+            fencing_token,
+            sent_at,
+        })
+    }
+
+    /// Still ours while we hold the lock on the file that is at the path: if
+    /// someone deleted or replaced the file, another process can lock the new
+    /// one, so that counts as lost.
+    pub fn renew(&mut self) -> Result<Renew, Error> {
+        let sent_at = Instant::now();
+        let Some(file) = &self.held else {
+            return Ok(Renew::Lost { holder: None });
+        };
+        let ours = file.metadata().map_err(|e| self.error(e))?;
+        let same = std::fs::metadata(&self.path)
+            .is_ok_and(|at_path| at_path.ino() == ours.ino() && at_path.dev() == ours.dev());
+        if same {
+            Ok(Renew::Renewed { sent_at })
+        } else {
+            self.held = None;
+            Ok(Renew::Lost { holder: None })
+        }
+    }
+
+    /// Unlocks. The content stays, so the next holder continues the fencing
+    /// sequence.
+    pub fn release(&mut self) -> bool {
+        match self.held.take() {
+            Some(file) => file.unlock().is_ok(),
+            None => false,
+        }
+    }
+
+    pub fn peek(&mut self) -> Result<Peek, Error> {
+        if !self.path.exists() {
+            return Ok(Peek {
+                holder: None,
+                expires_in: None,
+            });
+        }
+        let mut file = self.open()?;
+        match file.try_lock() {
+            Ok(()) => {
+                let _ = file.unlock();
+                Ok(Peek {
+                    holder: None,
+                    expires_in: None,
+                })
+            }
+            Err(TryLockError::WouldBlock) => {
+                let holder = Self::read_content(&mut file).map_or(
+                    Holder {
+                        id: None,
+                        fencing_token: None,
+                    },
+                    |c| Holder {
+                        id: Some(c.id),
+                        fencing_token: Some(c.fencing_token),
+                    },
+                );
+                Ok(Peek {
+                    holder: Some(holder),
+                    expires_in: None,
+                })
+            }
+            Err(TryLockError::Error(e)) => Err(self.error(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_holder_at_a_time_and_fencing_grows() {
+        let dir = std::env::temp_dir().join(format!("leaderd-file-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.lock");
+        let _ = std::fs::remove_file(&path);
+        let mut a = FileLease::new(&path, "a");
+        let mut b = FileLease::new(&path, "b");
+        let Acquire::Won {
+            fencing_token: first,
+            ..
+        } = a.acquire().unwrap()
+        else {
+            panic!()
+        };
+        let Acquire::Held { holder, .. } = b.acquire().unwrap() else {
+            panic!("b must be refused")
+        };
+        assert_eq!(holder.id.as_deref(), Some("a"));
+        assert!(matches!(a.renew().unwrap(), Renew::Renewed { .. }));
+        assert_eq!(
+            b.peek().unwrap().holder.and_then(|h| h.fencing_token),
+            Some(first)
+        );
+        assert!(a.release());
+        let Acquire::Won {
+            fencing_token: second,
+            ..
+        } = b.acquire().unwrap()
+        else {
+            panic!()
+        };
+        assert!(second > first);
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            matches!(b.renew().unwrap(), Renew::Lost { .. }),
+            "a deleted lock file is a lost lease"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,27 @@
+-- Acquire: KEYS[1] lease, KEYS[2] fence counter.
+-- ARGV[1] ownership token, ARGV[2] holder id as a JSON string, ARGV[3] ttl ms,
+-- ARGV[4] the highest fencing token this candidate has seen.
+-- Returns {1, fencing_token} when the lease is ours (also when an earlier,
+-- timed-out attempt with the same token had already won), else held_by's reply.
+local lease, holder = held_by(KEYS[1])
+if lease and lease.token == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {1, lease.fencing_token}
+end
+if holder[4] ~= -2 then
+  return holder
+end
+-- Strictly above the counter, above anything the caller has seen, and above
+-- the server's clock in ms: the last two keep tokens growing after Redis
+-- restarts without persistence and forgets the counter.
+local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+if not last then
+  return redis.error_reply('leaderd: ' .. KEYS[2] .. ' does not hold a number; delete it or choose another key')
+end
+local time = redis.call('TIME')
+local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local fencing = math.max(last + 1, tonumber(ARGV[4]) + 1, now_ms)
+redis.call('SET', KEYS[2], string.format('%d', fencing))
+local value = '{"id":' .. ARGV[2] .. ',"fencing_token":' .. string.format('%d', fencing) .. ',"token":"' .. ARGV[1] .. '"}'
+redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
+return {1, fencing}

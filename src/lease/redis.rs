@@ -1,0 +1,393 @@
+//! The Redis lease: one key `leaderd:{KEY}:lease` holding
+//! `{"id", "fencing_token", "token"}` with a TTL, a counter
+//! `leaderd:{KEY}:fence`, and the channel `leaderd:{KEY}:released`. Every
+//! operation is one Lua script, called by hash (reloaded after `NOSCRIPT`),
+//! under one overall timeout.
+
+use super::{Acquire, Error, Holder, Peek, Renew, new_token};
+use crate::config::RedisUrl;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use std::time::Duration;
+use tokio::time::Instant;
+
+const HOLDER: &str = include_str!("lua/holder.lua");
+
+/// After this many timeouts in a row the connection is replaced: a Redis that
+/// was paused or a black-holed socket never answers on the old one, and
+/// redis-rs does not reconnect on timeouts by itself.
+const REPLACE_AFTER_TIMEOUTS: u32 = 2;
+
+struct Scripts {
+    acquire: Script,
+    renew: Script,
+    release: Script,
+    peek: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        let with_prelude = |body: &str| Script::new(&format!("{HOLDER}\n{body}"));
+        Scripts {
+            acquire: with_prelude(include_str!("lua/acquire.lua")),
+            renew: with_prelude(include_str!("lua/renew.lua")),
+            release: with_prelude(include_str!("lua/release.lua")),
+            peek: with_prelude(include_str!("lua/peek.lua")),
+        }
+    }
+}
+
+pub struct RedisLease {
+    client: redis::Client,
+    conn: Option<MultiplexedConnection>,
+    timeout: Duration,
+    url: String,
+    lease_key: String,
+    fence_key: String,
+    channel: String,
+    id_json: String,
+    ttl_ms: u64,
+    /// The ownership token of the lease we hold or may hold (after a timeout).
+    token: Option<String>,
+    /// Highest fencing token seen for this key: a floor for the next one, so
+    /// tokens keep growing even if Redis forgot the counter.
+    highest_fencing: u64,
+    timeouts_in_a_row: u32,
+    scripts: Scripts,
+}
+
+/// The key names for an election (PRODUCT §5). The hash tag keeps them in one
+/// Cluster slot so one script may touch both.
+pub fn keys(key: &str) -> (String, String, String) {
+    (
+        format!("leaderd:{{{key}}}:lease"),
+        format!("leaderd:{{{key}}}:fence"),
+        format!("leaderd:{{{key}}}:released"),
+    )
+}
+
+impl RedisLease {
+    pub fn new(
+        url: &RedisUrl,
+        timeout: Duration,
+        key: &str,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<Self, Error> {
+        let client = redis::Client::open(url.expose()).map_err(|e| Error::Misconfigured {
+            backend: url.redacted().to_string(),
+            detail: e.to_string(),
+        })?;
+        let (lease_key, fence_key, channel) = keys(key);
+        Ok(RedisLease {
+            client,
+            conn: None,
+            timeout,
+            url: url.redacted().to_string(),
+            lease_key,
+            fence_key,
+            channel,
+            id_json: serde_json::to_string(id).expect("a string always serialises"),
+            ttl_ms: ttl.as_millis() as u64,
+            token: None,
+            highest_fencing: 0,
+            timeouts_in_a_row: 0,
+            scripts: Scripts::new(),
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        self.url.clone()
+    }
+
+    pub async fn acquire(&mut self) -> Result<Acquire, Error> {
+        let token = self.token.get_or_insert_with(new_token).clone();
+        let sent_at = Instant::now();
+        let mut call = self.scripts.acquire.key(&self.lease_key);
+        call.key(&self.fence_key)
+            .arg(&token)
+            .arg(&self.id_json)
+            .arg(self.ttl_ms)
+            .arg(self.highest_fencing);
+        let reply = run(
+            &mut self.conn,
+            &self.client,
+            self.timeout,
+            &self.url,
+            &mut self.timeouts_in_a_row,
+            |mut c| Box::pin(async move { call.invoke_async(&mut c).await }),
+        )
+        .await?;
+        match parse_reply(&reply, &self.url)? {
+            Reply::Ours(fencing_token) => {
+                self.highest_fencing = self.highest_fencing.max(fencing_token);
+                Ok(Acquire::Won {
+                    fencing_token,
+                    sent_at,
+                })
+            }
+            Reply::Held(holder, expires_in) => {
+                // Not ours: an earlier timed-out attempt with this token lost.
+                self.token = None;
+                self.observe(&holder);
+                Ok(Acquire::Held {
+                    holder: holder.unwrap_or(Holder {
+                        id: None,
+                        fencing_token: None,
+                    }),
+                    expires_in,
+                })
+            }
+        }
+    }
+
+    pub async fn renew(&mut self) -> Result<Renew, Error> {
+        let Some(token) = self.token.clone() else {
+            return Ok(Renew::Lost { holder: None });
+        };
+        let sent_at = Instant::now();
+        let mut call = self.scripts.renew.key(&self.lease_key);
+        call.arg(&token).arg(self.ttl_ms);
+        let reply = run(
+            &mut self.conn,
+            &self.client,
+            self.timeout,
+            &self.url,
+            &mut self.timeouts_in_a_row,
+            |mut c| Box::pin(async move { call.invoke_async(&mut c).await }),
+        )
+        .await?;
+        match parse_reply(&reply, &self.url)? {
+            Reply::Ours(_) => Ok(Renew::Renewed { sent_at }),
+            Reply::Held(holder, _) => {
+                self.token = None;
+                self.observe(&holder);
+                Ok(Renew::Lost { holder })
+            }
+        }
+    }
+
+    pub async fn release(&mut self) -> Result<bool, Error> {
+        let Some(token) = self.token.clone() else {
+            return Ok(false);
+        };
+        let mut call = self.scripts.release.key(&self.lease_key);
+        call.arg(&token).arg(&self.channel);
+        let reply = run(
+            &mut self.conn,
+            &self.client,
+            self.timeout,
+            &self.url,
+            &mut self.timeouts_in_a_row,
+            |mut c| Box::pin(async move { call.invoke_async(&mut c).await }),
+        )
+        .await?;
+        self.token = None;
+        match reply {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            other => Err(unexpected(&self.url, &other)),
+        }
+    }
+
+    pub async fn peek(&mut self) -> Result<super::Peek, Error> {
+        let call = self.scripts.peek.key(&self.lease_key);
+        let reply = run(
+            &mut self.conn,
+            &self.client,
+            self.timeout,
+            &self.url,
+            &mut self.timeouts_in_a_row,
+            |mut c| Box::pin(async move { call.invoke_async(&mut c).await }),
+        )
+        .await?;
+        match parse_reply(&reply, &self.url)? {
+            Reply::Held(holder, expires_in) => {
+                self.observe(&holder);
+                Ok(Peek { holder, expires_in })
+            }
+            Reply::Ours(_) => Err(unexpected(&self.url, &reply)),
+        }
+    }
+
+    fn observe(&mut self, holder: &Option<Holder>) {
+        if let Some(seen) = holder.as_ref().and_then(|h| h.fencing_token) {
+            self.highest_fencing = self.highest_fencing.max(seen);
+        }
+    }
+}
+
+type Call<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = redis::RedisResult<Value>> + Send + 'a>>;
+
+/// Runs one script call: connects if needed, bounds everything by `timeout`,
+/// classifies failures and drops a connection that is broken or keeps
+/// timing out, so the next call starts on a fresh one.
+async fn run<'a>(
+    conn: &mut Option<MultiplexedConnection>,
+    client: &redis::Client,
+    timeout: Duration,
+    url: &str,
+    timeouts_in_a_row: &mut u32,
+    call: impl FnOnce(MultiplexedConnection) -> Call<'a>,
+) -> Result<Value, Error> {
+    let deadline = Instant::now() + timeout;
+    if conn.is_none() {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        let connecting = client.get_multiplexed_async_connection_with_config(&config);
+        match tokio::time::timeout_at(deadline, connecting).await {
+            Ok(Ok(c)) => *conn = Some(c),
+            Ok(Err(e)) => return Err(classify(e, url, timeout)),
+            Err(_) => {
+                return Err(Error::Timeout {
+                    backend: url.to_string(),
+                    timeout,
+                });
+            }
+        }
+    }
+    // A multiplexed connection is a cheap handle; the call gets its own clone.
+    let c = conn.clone().expect("connected above");
+    let outcome = tokio::time::timeout_at(deadline, call(c)).await;
+    let (result, drop_conn) = match outcome {
+        Ok(Ok(value)) => {
+            *timeouts_in_a_row = 0;
+            (Ok(value), false)
+        }
+        Ok(Err(e)) => {
+            let dropped =
+                e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error();
+            let timed_out = e.is_timeout();
+            let err = classify(e, url, timeout);
+            if timed_out {
+                *timeouts_in_a_row += 1;
+            }
+            (
+                Err(err),
+                dropped || *timeouts_in_a_row >= REPLACE_AFTER_TIMEOUTS,
+            )
+        }
+        Err(_) => {
+            *timeouts_in_a_row += 1;
+            (
+                Err(Error::Timeout {
+                    backend: url.to_string(),
+                    timeout,
+                }),
+                *timeouts_in_a_row >= REPLACE_AFTER_TIMEOUTS,
+            )
+        }
+    };
+    if drop_conn {
+        *conn = None;
+        *timeouts_in_a_row = 0;
+    }
+    result
+}
+
+fn classify(e: RedisError, url: &str, timeout: Duration) -> Error {
+    let backend = url.to_string();
+    let detail = e.to_string();
+    let auth = e.kind() == ErrorKind::AuthenticationFailed
+        || e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"));
+    if auth {
+        Error::Misconfigured { backend, detail }
+    } else if e.is_timeout() {
+        Error::Timeout { backend, timeout }
+    } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+        Error::Connection { backend, detail }
+    } else {
+        Error::Unexpected { backend, detail }
+    }
+}
+
+enum Reply {
+    Ours(u64),
+    Held(Option<Holder>, Option<Duration>),
+}
+
+fn unexpected(url: &str, value: &Value) -> Error {
+    Error::Unexpected {
+        backend: url.to_string(),
+        detail: format!("{value:?}"),
+    }
+}
+
+/// `{1, fencing}` / `{1}` mean ours; `{0, id, fencing, pttl}` someone else's
+/// (pttl −2: vacant, −1: no expiry). Anything else is an error, never success.
+fn parse_reply(value: &Value, url: &str) -> Result<Reply, Error> {
+    let bad = || unexpected(url, value);
+    let Value::Array(items) = value else {
+        return Err(bad());
+    };
+    match items.as_slice() {
+        [Value::Int(1)] => Ok(Reply::Ours(0)),
+        [Value::Int(1), Value::Int(f)] if *f > 0 => Ok(Reply::Ours(*f as u64)),
+        [Value::Int(0), id, fencing, Value::Int(pttl)] => {
+            let id = match id {
+                Value::Nil => None,
+                Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => return Err(bad()),
+            };
+            let fencing_token = match fencing {
+                Value::Nil => None,
+                Value::Int(n) if *n > 0 => Some(*n as u64),
+                _ => return Err(bad()),
+            };
+            let expires_in = (*pttl >= 0).then(|| Duration::from_millis(*pttl as u64));
+            let holder = (*pttl != -2).then_some(Holder { id, fencing_token });
+            Ok(Reply::Held(holder, expires_in))
+        }
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let (lease, fence, channel) = keys("jobs");
+        assert_eq!(lease, "leaderd:{jobs}:lease");
+        assert_eq!(fence, "leaderd:{jobs}:fence");
+        assert_eq!(channel, "leaderd:{jobs}:released");
+    }
+
+    #[test]
+    fn odd_replies_are_errors_never_success() {
+        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        for odd in [
+            Value::Int(1),
+            Value::Nil,
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(1), b("7")]),
+            Value::Array(vec![Value::Int(2)]),
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(3),
+                Value::Nil,
+                Value::Int(5),
+            ]),
+            Value::Array(vec![Value::Int(1), Value::Int(-4)]),
+        ] {
+            assert!(parse_reply(&odd, "redis://x").is_err(), "{odd:?}");
+        }
+        let held = Value::Array(vec![Value::Int(0), b("a"), Value::Int(9), Value::Int(1500)]);
+        let Ok(Reply::Held(Some(h), Some(left))) = parse_reply(&held, "r") else {
+            panic!()
+        };
+        assert_eq!(
+            (h.id.as_deref(), h.fencing_token, left),
+            (Some("a"), Some(9), Duration::from_millis(1500))
+        );
+        let vacant = Value::Array(vec![Value::Int(0), Value::Nil, Value::Nil, Value::Int(-2)]);
+        assert!(matches!(
+            parse_reply(&vacant, "r"),
+            Ok(Reply::Held(None, None))
+        ));
+    }
+}
