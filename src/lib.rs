@@ -1,6 +1,25 @@
-//! leaderd: a leader-election sidecar.
+//! leaderd: a leader-election sidecar. Many copies contend for a lease; the
+//! winner is the leader, runs the work and says so on `GET /leader`.
+//!
+//! The map, from the outside in:
+//! - [`cli`] (raw flags) → [`config`] (flags ⊕ env ⊕ TOML, validated once) →
+//!   [`app`] (the `run`, `status` and `check` commands and their exit codes).
+//! - [`machine`]: the pure state machine, `step(state, event, now)`, with the
+//!   lease rules of [`timing`]. No I/O.
+//! - [`runner`]: the one async loop that feeds the machine events and performs
+//!   its actions against [`lease`] (Redis or lock file) and [`work`].
+//! - [`status`]: the snapshot the runner publishes; [`http`] serves it.
+//! - [`shutdown`]: signals → one cancellation token; [`telemetry`]: logs.
+
+pub mod app;
 pub mod cli;
 pub mod config;
+pub mod http;
 pub mod lease;
 pub mod machine;
+pub mod runner;
+pub mod shutdown;
+pub mod status;
+pub mod telemetry;
 pub mod timing;
+pub mod work;

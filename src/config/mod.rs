@@ -14,6 +14,7 @@ mod tests;
 mod values;
 
 pub use file::ConfigFile;
+pub use resolve::show as show_duration;
 pub use values::{LogFormat, OnChildExit, RedisUrl, Secret, Signal, parse_duration, redact_url};
 
 use crate::cli::ConfigArgs;

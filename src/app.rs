@@ -1,0 +1,174 @@
+//! The three commands (`run`, `status`, `check`) wired from their parts, and
+//! the mapping of their outcomes to exit codes (PRODUCT §1).
+
+use crate::config::{BackendConfig, Config, ConfigError};
+use crate::lease::{self, Backend, Peek};
+use crate::status::Snapshot;
+use crate::work::Work;
+use crate::{http, runner, shutdown};
+use std::process::ExitCode;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// A failed command: what to print and which exit code to use.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// Bad configuration or usage: exit 2.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The backend could not be reached: exit 1.
+    #[error("{0}")]
+    Backend(lease::Error),
+    /// Anything else that stops leaderd at run time: exit 1.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+impl Failure {
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            Failure::Config(_) => ExitCode::from(2),
+            Failure::Backend(e) if e.is_misconfiguration() => ExitCode::from(2),
+            Failure::Backend(_) | Failure::Fatal(_) => ExitCode::from(1),
+        }
+    }
+}
+
+fn backend(config: &Config) -> Result<Backend, Failure> {
+    Backend::new(config).map_err(|e| Failure::Config(ConfigError(e.to_string())))
+}
+
+/// `leaderd run`: campaign until SIGTERM/SIGINT, then release and return.
+pub async fn run(config: Config) -> Result<ExitCode, Failure> {
+    if !config.child.command.is_empty() || !config.webhook.urls.is_empty() {
+        return Err(ConfigError(
+            "running a command or calling webhooks is not available in this version; run elect-only and let the worker ask GET /leader".into(),
+        )
+        .into());
+    }
+    let shutdown = shutdown::install(|| {})
+        .map_err(|e| Failure::Fatal(format!("cannot install signal handlers: {e}")))?;
+    if let BackendConfig::LockFile {
+        path,
+        implicit: true,
+    } = &config.backend
+    {
+        tracing::warn!(
+            lock_file = %path.display(),
+            "no backend configured: using a lock file, which coordinates candidates on this host only; give --redis to elect across hosts"
+        );
+    }
+    let backend = backend(&config)?;
+    let (status_tx, status_rx) = watch::channel(Snapshot::new());
+    let http_stop = CancellationToken::new();
+    let server = match config.http {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                ConfigError(format!(
+                    "http.listen: cannot listen on {addr}: {e}; choose another address with --http (or `off`), or stop what is using it"
+                ))
+            })?;
+            let bound = listener.local_addr().map_or(addr, |a| a);
+            tracing::info!(address = %bound, "HTTP API listening");
+            let app = http::router(&config.id, &config.key, status_rx);
+            let stop = http_stop.clone();
+            Some(tokio::spawn(async move {
+                let serve =
+                    axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned());
+                if let Err(e) = serve.await {
+                    tracing::error!(error = %e, "HTTP server failed");
+                }
+            }))
+        }
+        None => None,
+    };
+    tracing::info!(
+        id = %config.id,
+        key = %config.key,
+        backend = %backend.describe(),
+        ttl = ?config.timing.ttl,
+        renew_interval = ?config.timing.renew_interval,
+        renew_deadline = ?config.timing.renew_deadline,
+        "leaderd starting"
+    );
+    let (work, work_events) = Work::elect_only();
+    runner::run(&config, backend, work, work_events, status_tx, shutdown).await;
+    http_stop.cancel();
+    if let Some(server) = server {
+        let _ = server.await;
+    }
+    tracing::info!("leaderd stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(serde::Serialize)]
+struct StatusView<'a> {
+    key: &'a str,
+    backend: String,
+    held: bool,
+    leader: Option<String>,
+    fencing_token: Option<u64>,
+    expires_in_ms: Option<u64>,
+}
+
+/// `leaderd status`: exit 0 when held, 3 when vacant, 1 when unreachable.
+pub async fn status(config: Config, json: bool) -> Result<ExitCode, Failure> {
+    let mut backend = backend(&config)?;
+    let peek = backend.peek().await.map_err(Failure::Backend)?;
+    let holder = peek.holder.clone();
+    let view = StatusView {
+        key: &config.key,
+        backend: backend.describe(),
+        held: holder.is_some(),
+        leader: holder.as_ref().and_then(|h| h.id.clone()),
+        fencing_token: holder.as_ref().and_then(|h| h.fencing_token),
+        expires_in_ms: peek.expires_in.map(|d| d.as_millis() as u64),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&view).expect("plain struct serialises")
+        );
+    } else {
+        println!("{}", describe_peek(&config.key, &peek));
+    }
+    Ok(if view.held {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
+}
+
+fn describe_peek(key: &str, peek: &Peek) -> String {
+    let Some(holder) = &peek.holder else {
+        return format!("{key}: vacant");
+    };
+    let who = holder
+        .id
+        .as_deref()
+        .unwrap_or("<a value leaderd did not write>");
+    let token = holder
+        .fencing_token
+        .map_or("unknown".to_string(), |t| t.to_string());
+    let left = match peek.expires_in {
+        Some(d) => format!("expires in {}", crate::config::show_duration(d)),
+        None => "no expiry known".to_string(),
+    };
+    format!("{key}: held by {who}, fencing token {token}, {left}")
+}
+
+/// `leaderd check`: the effective configuration, then a look at the backend.
+pub async fn check(config: Config) -> Result<ExitCode, Failure> {
+    print!("{}", config.describe());
+    if let BackendConfig::LockFile { implicit: true, .. } = &config.backend {
+        println!("# note: no backend configured; the lock file coordinates this host only");
+    }
+    let mut backend = backend(&config)?;
+    let peek = backend.peek().await.map_err(Failure::Backend)?;
+    println!(
+        "# ok: reached {}; {}",
+        backend.describe(),
+        describe_peek(&config.key, &peek)
+    );
+    Ok(ExitCode::SUCCESS)
+}

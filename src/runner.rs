@@ -1,0 +1,295 @@
+//! The one async loop: events in → `Machine::step` → log the transition →
+//! perform the actions. Lease requests run one at a time on a worker task, so
+//! a slow Redis never blocks timers, signals or the work; their results come
+//! back as events.
+
+use crate::config::Config;
+use crate::lease::{self, Acquire, Backend, Holder, Renew};
+use crate::machine::{Action, Event, Machine, State, StateName};
+use crate::status::{HeldLease, Observed, Snapshot};
+use crate::work::{Work, WorkEvent};
+use std::time::{Duration, SystemTime};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Acquire,
+    Renew,
+    Release,
+}
+
+enum Report {
+    Acquire(Result<Acquire, lease::Error>),
+    Renew(Result<Renew, lease::Error>),
+    Release(Result<bool, lease::Error>),
+}
+
+/// Who we are, for log lines.
+struct Ident<'a> {
+    id: &'a str,
+    key: &'a str,
+}
+
+/// Runs the election until shutdown has released the lease.
+pub async fn run(
+    config: &Config,
+    backend: Backend,
+    mut work: Work,
+    mut work_events: mpsc::UnboundedReceiver<WorkEvent>,
+    status: watch::Sender<Snapshot>,
+    shutdown: CancellationToken,
+) {
+    let machine = Machine {
+        timing: config.timing,
+        stop_timeout: config.child.stop_timeout,
+    };
+    let ident = Ident {
+        id: &config.id,
+        key: &config.key,
+    };
+    let (ops, op_rx) = mpsc::unbounded_channel();
+    let (report_tx, mut reports) = mpsc::unbounded_channel();
+    let worker = tokio::spawn(lease_worker(backend, op_rx, report_tx));
+    let mut errors = ErrorLog::default();
+    let mut state = State::Idle;
+    let mut exit = false;
+    let mut shutdown_seen = false;
+    status.send_modify(|s| s.ready = true);
+    let mut next = Some(Event::Started);
+    while !exit {
+        if let Some(event) = next.take() {
+            let tr = machine.step(&state, event, Instant::now());
+            if tr.next.name() != state.name() {
+                log_transition(&ident, &state, &tr.next, tr.reason.as_str());
+            }
+            state = tr.next;
+            publish(&status, &machine, &state);
+            for action in tr.actions {
+                match action {
+                    Action::Acquire => drop(ops.send(Op::Acquire)),
+                    Action::Renew => drop(ops.send(Op::Renew)),
+                    Action::Release => drop(ops.send(Op::Release)),
+                    Action::StartWork { fencing_token } => work.start(fencing_token),
+                    Action::StopWork { kill_at } => work.stop(kill_at),
+                    Action::Exit => exit = true,
+                }
+            }
+            continue;
+        }
+        let wake = machine
+            .next_deadline(&state)
+            .map(|d| with_jitter(d, &state));
+        next = tokio::select! {
+            _ = shutdown.cancelled(), if !shutdown_seen => {
+                shutdown_seen = true;
+                status.send_modify(|s| s.shutting_down = true);
+                Some(Event::ShutdownRequested)
+            }
+            Some(report) = reports.recv() => Some(absorb(report, &status, &mut errors, config.timing.ttl)),
+            Some(WorkEvent::Stopped) = work_events.recv() => Some(Event::WorkStopped),
+            _ = sleep_until(wake), if wake.is_some() => Some(Event::Tick),
+        };
+    }
+    drop(ops);
+    // The worker ends once its queue is empty; the release has been answered.
+    let _ = worker.await;
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waiting candidates wake a little apart, so a crowd does not retry in step.
+fn with_jitter(deadline: Instant, state: &State) -> Instant {
+    if state.name() != StateName::Waiting {
+        return deadline;
+    }
+    let mut byte = [0u8; 1];
+    let spread = getrandom::fill(&mut byte).map_or(0, |_| u64::from(byte[0]) * 20 / 255);
+    deadline + Duration::from_millis(spread)
+}
+
+async fn lease_worker(
+    mut backend: Backend,
+    mut ops: mpsc::UnboundedReceiver<Op>,
+    reports: mpsc::UnboundedSender<Report>,
+) {
+    while let Some(op) = ops.recv().await {
+        let report = match op {
+            Op::Acquire => Report::Acquire(backend.acquire().await),
+            Op::Renew => Report::Renew(backend.renew().await),
+            Op::Release => {
+                let mut result = backend.release().await;
+                if matches!(
+                    result,
+                    Err(lease::Error::Timeout { .. } | lease::Error::Connection { .. })
+                ) {
+                    // One more try: a release that lands spares the others a
+                    // wait of a whole TTL.
+                    result = backend.release().await;
+                }
+                Report::Release(result)
+            }
+        };
+        if reports.send(report).is_err() {
+            break;
+        }
+    }
+}
+
+/// Turns a backend report into the machine's event, recording what it told
+/// us about the holder.
+fn absorb(
+    report: Report,
+    status: &watch::Sender<Snapshot>,
+    errors: &mut ErrorLog,
+    ttl: Duration,
+) -> Event {
+    let now = Instant::now();
+    let observe = |holder: Option<Holder>, expires_in: Option<Duration>| {
+        status.send_modify(|s| {
+            s.observed = holder.map(|h| Observed {
+                id: h.id,
+                fencing_token: h.fencing_token,
+                at: now,
+                expires_at: Some(now + expires_in.unwrap_or(ttl)),
+            })
+        });
+    };
+    match report {
+        Report::Acquire(Ok(Acquire::Won {
+            fencing_token,
+            sent_at,
+        })) => {
+            errors.recovered();
+            observe(None, None);
+            Event::Acquired {
+                fencing_token,
+                sent_at,
+            }
+        }
+        Report::Acquire(Ok(Acquire::Held { holder, expires_in })) => {
+            errors.recovered();
+            observe(Some(holder), expires_in);
+            Event::Refused { expires_in }
+        }
+        Report::Acquire(Err(e)) => {
+            errors.log("acquire", &e);
+            Event::AcquireFailed {
+                misconfigured: e.is_misconfiguration(),
+            }
+        }
+        Report::Renew(Ok(Renew::Renewed { sent_at })) => {
+            errors.recovered();
+            Event::Renewed { sent_at }
+        }
+        Report::Renew(Ok(Renew::Lost { holder })) => {
+            tracing::warn!(
+                holder = holder.as_ref().and_then(|h| h.id.as_deref()),
+                "lease lost: the key no longer holds our token"
+            );
+            let had_holder = holder.is_some();
+            observe(holder, None);
+            if !had_holder {
+                status.send_modify(|s| s.observed = None);
+            }
+            Event::Lost
+        }
+        Report::Renew(Err(e)) => {
+            errors.log("renew", &e);
+            Event::RenewFailed
+        }
+        Report::Release(result) => {
+            match result {
+                Ok(true) => tracing::info!("lease released"),
+                Ok(false) => tracing::info!("nothing to release: the lease was no longer ours"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "release failed; the lease will expire by its TTL")
+                }
+            }
+            Event::Released
+        }
+    }
+}
+
+fn publish(status: &watch::Sender<Snapshot>, machine: &Machine, state: &State) {
+    let lease = state.leading().map(|l| HeldLease {
+        fencing_token: l.fencing_token,
+        valid_until: machine.timing.validity_end(l.sent_at),
+    });
+    status.send_if_modified(|s| {
+        let changed = s.state != state.name() || s.lease != lease;
+        if s.state != state.name() {
+            s.state = state.name();
+            s.state_since = SystemTime::now();
+        }
+        s.lease = lease;
+        changed
+    });
+}
+
+fn fencing_of(state: &State) -> Option<u64> {
+    match state {
+        State::Working { lease } | State::Renewing { lease, .. } => Some(lease.fencing_token),
+        State::Pausing {
+            lease: Some(lease), ..
+        } => Some(lease.fencing_token),
+        _ => None,
+    }
+}
+
+/// One log event per transition: from, to, reason, id, key, fencing token.
+fn log_transition(ident: &Ident<'_>, from: &State, to: &State, reason: &str) {
+    let fencing = fencing_of(to).or_else(|| fencing_of(from));
+    let (id, key) = (ident.id, ident.key);
+    let (from, to) = (from.name().as_str(), to.name().as_str());
+    match fencing {
+        Some(fencing_token) => {
+            tracing::info!(from, to, reason, id, key, fencing_token, "transition")
+        }
+        None => tracing::info!(from, to, reason, id, key, "transition"),
+    }
+}
+
+/// Backend errors, logged once per distinct message and then at most every
+/// 30 s while they repeat, so an outage is not one line per retry.
+#[derive(Default)]
+struct ErrorLog {
+    last: Option<(String, Instant)>,
+    suppressed: u32,
+}
+
+const REPEAT_LOG_EVERY: Duration = Duration::from_secs(30);
+
+impl ErrorLog {
+    fn log(&mut self, op: &'static str, e: &lease::Error) {
+        let message = e.to_string();
+        let now = Instant::now();
+        if let Some((last, at)) = &self.last {
+            if *last == message && now.duration_since(*at) < REPEAT_LOG_EVERY {
+                self.suppressed += 1;
+                return;
+            }
+        }
+        let repeats = self.suppressed;
+        if e.is_misconfiguration() {
+            tracing::error!(op, error = %message, repeats, "backend refused leaderd: fix the configuration; retrying slowly");
+        } else {
+            tracing::warn!(op, error = %message, repeats, "backend error");
+        }
+        self.last = Some((message, now));
+        self.suppressed = 0;
+    }
+
+    fn recovered(&mut self) {
+        if self.last.take().is_some() {
+            tracing::info!(suppressed = self.suppressed, "backend answering again");
+            self.suppressed = 0;
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! The snapshot the runner publishes (a `watch` channel) and the HTTP
+//! handlers read. Leadership is judged against the live lease at read time,
+//! so `/leader` never says "leader" after the lease's local validity ended.
+
+use crate::machine::StateName;
+use serde::Serialize;
+use std::time::SystemTime;
+use tokio::time::Instant;
+
+/// The lease as we hold it: fencing token and local validity end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldLease {
+    pub fencing_token: u64,
+    pub valid_until: Instant,
+}
+
+/// Who holds the lease according to the last backend reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub id: Option<String>,
+    pub fencing_token: Option<u64>,
+    pub at: Instant,
+    /// When that holder's lease runs out if not renewed; past it the
+    /// observation is no longer reported.
+    pub expires_at: Option<Instant>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub state: StateName,
+    pub state_since: SystemTime,
+    /// `Some` only while working or renewing.
+    pub lease: Option<HeldLease>,
+    pub observed: Option<Observed>,
+    pub ready: bool,
+    pub shutting_down: bool,
+}
+
+impl Snapshot {
+    pub fn new() -> Self {
+        Snapshot {
+            state: StateName::Idle,
+            state_since: SystemTime::now(),
+            lease: None,
+            observed: None,
+            ready: false,
+            shutting_down: false,
+        }
+    }
+
+    /// Leading means working or renewing on a lease still valid now.
+    pub fn held_lease(&self, now: Instant) -> Option<HeldLease> {
+        self.lease.filter(|l| now < l.valid_until)
+    }
+
+    /// The other holder as last observed, unless its lease has run out since.
+    pub fn current_observation(&self, now: Instant) -> Option<&Observed> {
+        self.observed
+            .as_ref()
+            .filter(|o| o.expires_at.is_none_or(|e| now < e))
+    }
+
+    /// The body of `GET /leader` (PRODUCT §7).
+    pub fn leader_view(&self, id: &str, key: &str, now: Instant) -> LeaderView {
+        let held = self.held_lease(now);
+        let observed = self.current_observation(now);
+        let (leader, fencing_token) = match (held, observed) {
+            (Some(l), _) => (Some(id.to_string()), Some(l.fencing_token)),
+            (None, Some(o)) => (o.id.clone(), o.fencing_token),
+            (None, None) => (None, None),
+        };
+        LeaderView {
+            is_leader: held.is_some(),
+            id: id.to_string(),
+            key: key.to_string(),
+            leader,
+            fencing_token,
+            state: self.state.as_str(),
+            state_since: humantime::format_rfc3339_millis(self.state_since).to_string(),
+            lease_remaining_ms: held.map(|l| l.valid_until.duration_since(now).as_millis() as u64),
+            leader_observed_ms_ago: match held {
+                Some(_) => Some(0),
+                None => observed.map(|o| now.duration_since(o.at).as_millis() as u64),
+            },
+        }
+    }
+}
+
+impl Default for Snapshot {
+    fn default() -> Self {
+        Snapshot::new()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LeaderView {
+    pub is_leader: bool,
+    pub id: String,
+    pub key: String,
+    pub leader: Option<String>,
+    pub fencing_token: Option<u64>,
+    pub state: &'static str,
+    pub state_since: String,
+    pub lease_remaining_ms: Option<u64>,
+    pub leader_observed_ms_ago: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn never_leader_after_local_validity_ends() {
+        let now = Instant::now();
+        let mut s = Snapshot::new();
+        s.state = StateName::Working;
+        s.lease = Some(HeldLease {
+            fencing_token: 3,
+            valid_until: now + Duration::from_secs(1),
+        });
+        let v = s.leader_view("me", "k", now);
+        assert!(v.is_leader);
+        assert_eq!(
+            (v.leader.as_deref(), v.fencing_token, v.lease_remaining_ms),
+            (Some("me"), Some(3), Some(1000))
+        );
+        let later = s.leader_view("me", "k", now + Duration::from_secs(1));
+        assert!(!later.is_leader);
+        assert_eq!(later.leader, None);
+    }
+
+    #[test]
+    fn an_expired_observation_is_not_reported() {
+        let now = Instant::now();
+        let mut s = Snapshot::new();
+        s.observed = Some(Observed {
+            id: Some("other".into()),
+            fencing_token: Some(9),
+            at: now,
+            expires_at: Some(now + Duration::from_secs(2)),
+        });
+        let v = s.leader_view("me", "k", now + Duration::from_millis(500));
+        assert_eq!(
+            (v.leader.as_deref(), v.leader_observed_ms_ago),
+            (Some("other"), Some(500))
+        );
+        assert_eq!(
+            s.leader_view("me", "k", now + Duration::from_secs(3))
+                .leader,
+            None
+        );
+    }
+}
