@@ -270,11 +270,12 @@ impl ErrorLog {
     fn log(&mut self, op: &'static str, e: &lease::Error) {
         let message = e.to_string();
         let now = Instant::now();
-        if let Some((last, at)) = &self.last {
-            if *last == message && now.duration_since(*at) < REPEAT_LOG_EVERY {
-                self.suppressed += 1;
-                return;
-            }
+        if let Some((last, at)) = &self.last
+            && *last == message
+            && now.duration_since(*at) < REPEAT_LOG_EVERY
+        {
+            self.suppressed += 1;
+            return;
         }
         let repeats = self.suppressed;
         if e.is_misconfiguration() {

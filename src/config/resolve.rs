@@ -156,9 +156,9 @@ fn or_default<T>(value: Option<Value<T>>, default: T, how: &'static str) -> Valu
 /// Formats a duration the way a user would write it.
 pub fn show(d: Duration) -> String {
     let ms = d.as_millis();
-    if d.subsec_nanos() % 1_000_000 != 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{:.3}ms", d.as_secs_f64() * 1000.0)
-    } else if ms % 1000 == 0 && ms > 0 {
+    } else if ms.is_multiple_of(1000) && ms > 0 {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")

@@ -83,20 +83,20 @@ impl Error {
 /// The configured backend. An enum rather than a trait object: there are two,
 /// and async methods stay plain.
 pub enum Backend {
-    Redis(RedisLease),
+    Redis(Box<RedisLease>),
     File(FileLease),
 }
 
 impl Backend {
     pub fn new(config: &Config) -> Result<Backend, Error> {
         match &config.backend {
-            BackendConfig::Redis { url, timeout } => Ok(Backend::Redis(RedisLease::new(
+            BackendConfig::Redis { url, timeout } => Ok(Backend::Redis(Box::new(RedisLease::new(
                 url,
                 *timeout,
                 &config.key,
                 &config.id,
                 config.timing.ttl,
-            )?)),
+            )?))),
             BackendConfig::LockFile { path, .. } => {
                 Ok(Backend::File(FileLease::new(path, &config.id)))
             }
