@@ -1,0 +1,239 @@
+//! Election against a real redis-server: one leader among three, handover on
+//! SIGTERM, takeover after SIGKILL only once the lease expired, a lost key,
+//! fencing tokens across handovers and Redis restarts.
+
+mod support;
+
+use std::time::{Duration, Instant};
+use support::{Leaderd, Redis, eventually};
+
+const FAST: &[&str] = &[
+    "--ttl",
+    "2s",
+    "--redis-timeout",
+    "200ms",
+    "--retry-interval",
+    "300ms",
+];
+
+fn start(redis: &Redis, key: &str, id: &str, extra: &[&str]) -> Leaderd {
+    let url = redis.url();
+    let mut args = vec!["--redis", url.as_str(), "--key", key];
+    args.extend_from_slice(extra);
+    Leaderd::run(id, &args)
+}
+
+fn lease_key(key: &str) -> String {
+    format!("leaderd:{{{key}}}:lease")
+}
+
+/// Waits until exactly one instance says leader and every other names it.
+fn one_leader(nodes: &[&Leaderd], limit: Duration) -> (usize, u64) {
+    eventually(limit, "exactly one leader, named by all", || {
+        let views: Vec<_> = nodes
+            .iter()
+            .map(|n| n.leader())
+            .collect::<Option<Vec<_>>>()?;
+        let leaders: Vec<usize> = views
+            .iter()
+            .enumerate()
+            .filter(|(_, (yes, _))| *yes)
+            .map(|(i, _)| i)
+            .collect();
+        let [leader] = leaders[..] else { return None };
+        let name = &nodes[leader].id;
+        let token = views[leader].1["fencing_token"].as_u64()?;
+        let all_agree = views
+            .iter()
+            .all(|(_, body)| body["leader"] == *name && body["fencing_token"] == token);
+        all_agree.then_some((leader, token))
+    })
+}
+
+#[test]
+fn three_instances_elect_exactly_one_leader() {
+    let redis = Redis::start();
+    let key = support::key("three");
+    let nodes: Vec<Leaderd> = (1..=3)
+        .map(|i| start(&redis, &key, &format!("c{i}"), FAST))
+        .collect();
+    let refs: Vec<&Leaderd> = nodes.iter().collect();
+    let (leader, _) = one_leader(&refs, Duration::from_secs(5));
+    for (i, node) in nodes.iter().enumerate() {
+        let (code, body) = node.get("/leader").expect("answers");
+        assert_eq!(code, if i == leader { 200 } else { 503 }, "{body}");
+        assert_eq!(
+            body["state"],
+            if i == leader { "working" } else { "waiting" },
+            "{body}"
+        );
+        assert_eq!(body["id"], node.id.as_str());
+        assert_eq!(node.get("/healthz").map(|r| r.0), Some(200));
+        assert_eq!(node.get("/readyz").map(|r| r.0), Some(200));
+    }
+    let stored = redis.get(&lease_key(&key)).expect("lease key exists");
+    let stored: serde_json::Value = serde_json::from_str(&stored).expect("lease is JSON");
+    assert_eq!(
+        stored["id"],
+        nodes[leader].id.as_str(),
+        "GET shows the holder"
+    );
+}
+
+#[test]
+fn sigterm_hands_over_long_before_the_ttl() {
+    let redis = Redis::start();
+    let key = support::key("sigterm");
+    let slow_ttl = [
+        "--ttl",
+        "20s",
+        "--redis-timeout",
+        "200ms",
+        "--retry-interval",
+        "300ms",
+    ];
+    let mut nodes: Vec<Leaderd> = ["a", "b", "c"]
+        .iter()
+        .map(|id| start(&redis, &key, id, &slow_ttl))
+        .collect();
+    let (leader, token) = one_leader(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(5));
+    let signalled = Instant::now();
+    nodes[leader].signal("TERM");
+    let status = nodes[leader].wait_exit(Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0), "clean exit after SIGTERM");
+    nodes[leader].wait_log(Duration::from_secs(1), "lease released");
+    let old = nodes.remove(leader);
+    // The key no longer names the old leader: it deleted it on its way out.
+    let holder = redis.get(&lease_key(&key));
+    assert!(
+        holder
+            .as_deref()
+            .is_none_or(|v| !v.contains(&format!("\"id\":\"{}\"", old.id))),
+        "{holder:?}"
+    );
+    let (_, next_token) = one_leader(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(5));
+    let took = signalled.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "handover took {took:?}, the TTL is 20s"
+    );
+    assert!(next_token > token);
+    eprintln!("SIGTERM handover observed in {took:?}");
+}
+
+#[test]
+fn sigkill_takeover_waits_for_the_lease_to_expire() {
+    let redis = Redis::start();
+    let key = support::key("sigkill");
+    let mut nodes: Vec<Leaderd> = ["a", "b"]
+        .iter()
+        .map(|id| start(&redis, &key, id, FAST))
+        .collect();
+    let (leader, token) = one_leader(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(5));
+    let pttl = redis.pttl(&lease_key(&key));
+    nodes[leader].signal("KILL");
+    let killed = Instant::now();
+    nodes[leader].wait_exit(Duration::from_secs(2));
+    let survivor = nodes.remove(1 - leader);
+    let expiry = Duration::from_millis(pttl as u64);
+    // Until the lease expires in Redis the key still holds the dead leader.
+    while killed.elapsed() + Duration::from_millis(50) < expiry {
+        assert!(
+            !survivor.is_leader(),
+            "took over {:?} after the kill, lease had {pttl} ms left",
+            killed.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eventually(Duration::from_secs(5), "the survivor to lead", || {
+        survivor.is_leader().then_some(())
+    });
+    let after = killed.elapsed();
+    assert!(
+        after >= expiry,
+        "took over after {after:?}, before the lease's {expiry:?} ran out"
+    );
+    let (_, body) = survivor.leader().unwrap();
+    assert!(body["fencing_token"].as_u64().unwrap() > token);
+}
+
+#[test]
+fn overwritten_key_is_noticed_at_the_next_renewal() {
+    let redis = Redis::start();
+    let key = support::key("overwrite");
+    let node = start(&redis, &key, "a", FAST);
+    eventually(Duration::from_secs(5), "a to lead", || {
+        node.is_leader().then_some(())
+    });
+    redis.cmd(&[
+        "SET",
+        &lease_key(&key),
+        "{\"id\":\"intruder\",\"fencing_token\":1,\"token\":\"x\"}",
+        "PX",
+        "60000",
+    ]);
+    node.wait_log(
+        Duration::from_secs(3),
+        "reason=\"lease lost to another token\"",
+    );
+    node.wait_log(Duration::from_secs(3), "from=\"pausing\" to=\"waiting\"");
+    let log = node.log();
+    let path: Vec<&str> = log
+        .iter()
+        .filter(|l| l.contains("transition"))
+        .map(|l| {
+            l.split("to=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+        })
+        .collect();
+    let tail = path.iter().rev().take(3).rev().copied().collect::<Vec<_>>();
+    assert_eq!(tail, ["renewing", "pausing", "waiting"], "{log:#?}");
+    let (code, body) = node.get("/leader").unwrap();
+    assert_eq!((code, body["leader"].as_str()), (503, Some("intruder")));
+}
+
+#[test]
+fn fencing_tokens_increase_across_handovers_and_a_redis_restart() {
+    let mut redis = Redis::start();
+    let key = support::key("fencing");
+    let mut tokens = Vec::new();
+    let mut nodes = vec![
+        start(&redis, &key, "n0", FAST),
+        start(&redis, &key, "n1", FAST),
+    ];
+    for round in 0..5 {
+        let (leader, token) = one_leader(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(5));
+        tokens.push(token);
+        nodes[leader].signal("TERM");
+        assert_eq!(
+            nodes[leader].wait_exit(Duration::from_secs(5)).code(),
+            Some(0)
+        );
+        nodes[leader] = start(&redis, &key, &format!("n{}", round + 2), FAST);
+    }
+    let (_, before_restart) = one_leader(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(5));
+    tokens.push(before_restart);
+    redis.restart();
+    assert_eq!(
+        redis.get(&format!("leaderd:{{{key}}}:fence")),
+        None,
+        "Redis came back empty"
+    );
+    let after = eventually(
+        Duration::from_secs(10),
+        "a leader after the restart",
+        || {
+            let (leader, token) =
+                one_leader(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(10));
+            let _ = leader;
+            (token != before_restart).then_some(token)
+        },
+    );
+    tokens.push(after);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens must strictly increase: {tokens:?}"
+    );
+}

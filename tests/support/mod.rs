@@ -1,0 +1,305 @@
+//! Test fixtures: a real `redis-server` per test on a free loopback port, the
+//! built `leaderd` binary as a child process, and a tiny HTTP client.
+//! Everything is killed on drop. Waiting is done by polling a condition with
+//! a deadline, never by sleeping a fixed time.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_leaderd");
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// Polls `probe` until it returns `Some`, or panics with `what` after `limit`.
+pub fn eventually<T>(limit: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn send_signal(pid: u32, signal: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{signal} {pid} failed");
+}
+
+/// A `redis-server` on a free loopback port, with no persistence.
+pub struct Redis {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let mut redis = Redis {
+            port: free_port(),
+            child: None,
+        };
+        redis.launch();
+        redis
+    }
+
+    fn launch(&mut self) {
+        let mut child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(["--enable-debug-command", "local", "--loglevel", "notice"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/test installs it)");
+        let out = child.stdout.take().expect("piped");
+        let mut lines = BufReader::new(out).lines();
+        let ready = lines
+            .by_ref()
+            .take(200)
+            .any(|l| l.is_ok_and(|l| l.contains("Ready to accept connections")));
+        assert!(
+            ready,
+            "redis-server on port {} did not become ready",
+            self.port
+        );
+        // Keep draining its log so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        self.child = Some(child);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        let client = redis::Client::open(self.url()).expect("valid URL");
+        client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("test Redis reachable")
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> redis::Value {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut self.conn()).expect("redis command succeeds")
+    }
+
+    pub fn get(&self, key: &str) -> Option<String> {
+        redis::cmd("GET")
+            .arg(key)
+            .query(&mut self.conn())
+            .expect("GET")
+    }
+
+    pub fn pttl(&self, key: &str) -> i64 {
+        redis::cmd("PTTL")
+            .arg(key)
+            .query(&mut self.conn())
+            .expect("PTTL")
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn pause(&self) {
+        send_signal(self.pid(), "STOP");
+    }
+
+    pub fn resume(&self) {
+        send_signal(self.pid(), "CONT");
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            send_signal(child.id(), "CONT");
+        }
+        self.kill();
+    }
+}
+
+/// A `leaderd` process with its stderr collected line by line.
+pub struct Leaderd {
+    pub id: String,
+    pub http_port: u16,
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Leaderd {
+    /// `leaderd run --id ID --http 127.0.0.1:PORT ARGS...`
+    pub fn run(id: &str, args: &[&str]) -> Leaderd {
+        let http_port = free_port();
+        let http = format!("127.0.0.1:{http_port}");
+        let mut full = vec!["run", "--id", id, "--http", &http];
+        full.extend_from_slice(args);
+        let (child, log) = spawn(&full);
+        Leaderd {
+            id: id.to_string(),
+            http_port,
+            child,
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn get(&self, path: &str) -> Option<(u16, serde_json::Value)> {
+        http_get(self.http_port, path)
+    }
+
+    /// `/leader`: (is this instance leader, the body).
+    pub fn leader(&self) -> Option<(bool, serde_json::Value)> {
+        self.get("/leader").map(|(code, body)| (code == 200, body))
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader().is_some_and(|(yes, _)| yes)
+    }
+
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().expect("log lock").clone()
+    }
+
+    pub fn wait_log(&self, limit: Duration, needle: &str) -> String {
+        eventually(limit, &format!("{} to log {needle:?}", self.id), || {
+            self.log().into_iter().find(|l| l.contains(needle))
+        })
+    }
+
+    pub fn signal(&self, signal: &str) {
+        send_signal(self.pid(), signal);
+    }
+
+    pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
+        let id = self.id.clone();
+        eventually(limit, &format!("{id} to exit"), || {
+            self.child.try_wait().expect("try_wait")
+        })
+    }
+
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+}
+
+impl Drop for Leaderd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `leaderd ARGS...` in a clean environment and collects stderr lines.
+pub fn spawn(args: &[&str]) -> (Child, Arc<Mutex<Vec<String>>>) {
+    let mut child = command(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn leaderd");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let sink = log.clone();
+    let err = child.stderr.take().expect("piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            sink.lock().expect("log lock").push(line);
+        }
+    });
+    (child, log)
+}
+
+/// `leaderd ARGS...` with the environment cleared of anything that would
+/// change its configuration.
+pub fn command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs a one-shot `leaderd` command to completion: (exit code, stdout, stderr).
+pub fn run_to_end(args: &[&str]) -> (i32, String, String) {
+    let out = command(args).output().expect("run leaderd");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A minimal HTTP/1.0 GET: (status code, JSON body or the text as a JSON string).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, serde_json::Value)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let json =
+        serde_json::from_str(body).unwrap_or_else(|_| serde_json::Value::String(body.to_string()));
+    Some((code, json))
+}
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("leaderd-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+/// A key unique to the calling test.
+pub fn key(name: &str) -> String {
+    format!("t-{name}")
+}
