@@ -237,7 +237,14 @@ impl Drop for Leaderd {
 
 /// Runs `leaderd ARGS...` in a clean environment and collects stderr lines.
 pub fn spawn(args: &[&str]) -> (Child, Arc<Mutex<Vec<String>>>) {
-    let mut child = command(args)
+    spawn_with_env(args, &[])
+}
+
+/// Like [`spawn`], with extra environment variables.
+pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> (Child, Arc<Mutex<Vec<String>>>) {
+    let mut cmd = command(args);
+    cmd.envs(env.iter().copied());
+    let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -272,6 +279,12 @@ pub fn run_to_end(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Runs a one-shot `leaderd` command with extra env: (exit code, stderr).
+pub fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let out = command(args).envs(env.iter().copied()).output().expect("run leaderd");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// A minimal HTTP/1.0 GET: (status code, JSON body or the text as a JSON string).
