@@ -15,16 +15,26 @@ fn status_reports_holder_token_and_time_left() {
     assert_eq!(out.trim(), "st: vacant");
 
     let node = Leaderd::run("holder-1", &["--redis", &url, "--key", "st", "--ttl", "5s"]);
-    eventually(Duration::from_secs(5), "holder to lead", || node.is_leader().then_some(()));
+    eventually(Duration::from_secs(5), "holder to lead", || {
+        node.is_leader().then_some(())
+    });
     let (_, body) = node.leader().unwrap();
     let token = body["fencing_token"].as_u64().unwrap();
     let (code, out, _) = run_to_end(&["status", "--redis", &url, "--key", "st"]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.starts_with(&format!("st: held by holder-1, fencing token {token}, expires in ")), "{out}");
+    assert!(
+        out.starts_with(&format!(
+            "st: held by holder-1, fencing token {token}, expires in "
+        )),
+        "{out}"
+    );
     let (code, out, _) = run_to_end(&["status", "--redis", &url, "--key", "st", "--json"]);
     assert_eq!(code, 0);
     let json: serde_json::Value = serde_json::from_str(&out).expect("status --json is JSON");
-    assert_eq!((json["held"].as_bool(), json["leader"].as_str()), (Some(true), Some("holder-1")));
+    assert_eq!(
+        (json["held"].as_bool(), json["leader"].as_str()),
+        (Some(true), Some("holder-1"))
+    );
     assert_eq!(json["fencing_token"].as_u64(), Some(token));
     let left = json["expires_in_ms"].as_u64().unwrap();
     assert!(left > 0 && left <= 5000, "{left}");
@@ -35,7 +45,10 @@ fn status_exits_1_when_the_backend_is_unreachable() {
     let url = format!("redis://127.0.0.1:{}", support::free_port());
     let (code, _, err) = run_to_end(&["status", "--redis", &url, "--redis-timeout", "300ms"]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.starts_with("leaderd: cannot reach redis://127.0.0.1:"), "{err}");
+    assert!(
+        err.starts_with("leaderd: cannot reach redis://127.0.0.1:"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -46,14 +59,26 @@ fn check_prints_effective_config_with_secrets_redacted() {
     let (code, out, err) = run_to_end(&["check", "--redis", &url, "--key", "chk", "--ttl", "4s"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("lease.ttl = \"4s\"  # --ttl"), "{out}");
-    assert!(out.contains("lease.renew_interval = \"1333ms\"  # default: ttl / 3"), "{out}");
-    assert!(out.contains("# ok: reached redis://default:***@127.0.0.1:"), "{out}");
+    assert!(
+        out.contains("lease.renew_interval = \"1333ms\"  # default: ttl / 3"),
+        "{out}"
+    );
+    assert!(
+        out.contains("# ok: reached redis://default:***@127.0.0.1:"),
+        "{out}"
+    );
     assert!(!out.contains("s3cr3tpw") && !err.contains("s3cr3tpw"));
 
     let wrong = format!("redis://default:wrongpw@127.0.0.1:{}", redis.port);
     let (code, out, err) = run_to_end(&["check", "--redis", &wrong, "--key", "chk"]);
-    assert_eq!(code, 2, "a wrong password is a configuration error: {out}{err}");
-    assert!(err.contains("refused leaderd's credentials") && !err.contains("wrongpw"), "{err}");
+    assert_eq!(
+        code, 2,
+        "a wrong password is a configuration error: {out}{err}"
+    );
+    assert!(
+        err.contains("refused leaderd's credentials") && !err.contains("wrongpw"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -61,13 +86,42 @@ fn a_wrong_password_is_logged_loudly_and_retried_slowly() {
     let redis = Redis::start();
     redis.cmd(&["CONFIG", "SET", "requirepass", "right"]);
     let url = format!("redis://default:wrong@127.0.0.1:{}", redis.port);
-    let node = Leaderd::run("a", &["--redis", &url, "--key", "auth", "--ttl", "2s", "--redis-timeout", "200ms", "--retry-interval", "100ms"]);
+    let node = Leaderd::run(
+        "a",
+        &[
+            "--redis",
+            &url,
+            "--key",
+            "auth",
+            "--ttl",
+            "2s",
+            "--redis-timeout",
+            "200ms",
+            "--retry-interval",
+            "100ms",
+        ],
+    );
     node.wait_log(Duration::from_secs(5), "fix the configuration");
-    let first = node.log().iter().filter(|l| l.contains("to=\"acquiring\"")).count();
+    let first = node
+        .log()
+        .iter()
+        .filter(|l| l.contains("to=\"acquiring\""))
+        .count();
     std::thread::sleep(Duration::from_secs(2)); // observing a rate over a window, not synchronising
-    let later = node.log().iter().filter(|l| l.contains("to=\"acquiring\"")).count();
-    assert!(later - first <= 1, "auth failures must not be retried every 100ms: {} attempts in 2s", later - first);
-    assert!(!node.log().join("\n").contains("wrong@"), "password not logged");
+    let later = node
+        .log()
+        .iter()
+        .filter(|l| l.contains("to=\"acquiring\""))
+        .count();
+    assert!(
+        later - first <= 1,
+        "auth failures must not be retried every 100ms: {} attempts in 2s",
+        later - first
+    );
+    assert!(
+        !node.log().join("\n").contains("wrong@"),
+        "password not logged"
+    );
 }
 
 #[test]
@@ -76,7 +130,9 @@ fn lock_file_elects_one_and_hands_over_within_a_second_of_kill_9() {
     let lock = dir.join("jobs.lock");
     let lock = support::path_str(&lock);
     let mut a = Leaderd::run("a", &["--lock-file", lock]);
-    eventually(Duration::from_secs(5), "a to lead", || a.is_leader().then_some(()));
+    eventually(Duration::from_secs(5), "a to lead", || {
+        a.is_leader().then_some(())
+    });
     let b = Leaderd::run("b", &["--lock-file", lock]);
     let (code, body) = eventually(Duration::from_secs(5), "b to see a", || {
         b.leader().filter(|(_, body)| body["leader"] == "a")
@@ -84,7 +140,9 @@ fn lock_file_elects_one_and_hands_over_within_a_second_of_kill_9() {
     assert!(!code, "{body}");
     a.signal("KILL");
     a.wait_exit(Duration::from_secs(2));
-    eventually(Duration::from_secs(1), "b to lead within a second", || b.is_leader().then_some(()));
+    eventually(Duration::from_secs(1), "b to lead within a second", || {
+        b.is_leader().then_some(())
+    });
     let content = std::fs::read_to_string(lock).unwrap();
     assert!(content.contains("\"id\":\"b\""), "{content}");
 }
@@ -94,12 +152,18 @@ fn embedded_default_runs_without_any_backend() {
     let dir = support::temp_dir("default");
     let port = support::free_port().to_string();
     let http = format!("127.0.0.1:{port}");
-    let (mut child, log) = support::spawn_with_env(&["run", "--id", "solo", "--http", &http, "--key", "dflt"], &[("XDG_RUNTIME_DIR", support::path_str(&dir))]);
+    let (mut child, log) = support::spawn_with_env(
+        &["run", "--id", "solo", "--http", &http, "--key", "dflt"],
+        &[("XDG_RUNTIME_DIR", support::path_str(&dir))],
+    );
     eventually(Duration::from_secs(5), "solo to lead", || {
         support::http_get(port.parse().unwrap(), "/leader").filter(|(c, _)| *c == 200)
     });
     let text = log.lock().unwrap().join("\n");
-    assert!(text.contains("coordinates candidates on this host only"), "{text}");
+    assert!(
+        text.contains("coordinates candidates on this host only"),
+        "{text}"
+    );
     assert!(dir.join("leaderd-dflt.lock").exists());
     let _ = child.kill();
     let _ = child.wait();
@@ -109,14 +173,20 @@ fn embedded_default_runs_without_any_backend() {
 fn inside_kubernetes_the_lock_file_default_is_refused() {
     let (code, err) = support::run_with_env(&["run"], &[("KUBERNETES_SERVICE_HOST", "10.0.0.1")]);
     assert_eq!(code, 2);
-    assert!(err.contains("Kubernetes") && err.contains("--redis"), "{err}");
+    assert!(
+        err.contains("Kubernetes") && err.contains("--redis"),
+        "{err}"
+    );
 }
 
 #[test]
 fn malformed_redis_url_exits_2_without_echoing_the_password() {
     let (code, _, err) = run_to_end(&["run", "--redis", "redis://admin:hunter2@:6379/x"]);
     assert_eq!(code, 2);
-    assert!(err.starts_with("leaderd: --redis:") && !err.contains("hunter2"), "{err}");
+    assert!(
+        err.starts_with("leaderd: --redis:") && !err.contains("hunter2"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -125,7 +195,13 @@ fn taken_http_port_exits_2_naming_the_address() {
     let addr = taken.local_addr().unwrap().to_string();
     let dir = support::temp_dir("port");
     let lock = dir.join("l.lock");
-    let (code, _, err) = run_to_end(&["run", "--http", &addr, "--lock-file", support::path_str(&lock)]);
+    let (code, _, err) = run_to_end(&[
+        "run",
+        "--http",
+        &addr,
+        "--lock-file",
+        support::path_str(&lock),
+    ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains(&addr), "{err}");
 }
@@ -134,14 +210,24 @@ fn taken_http_port_exits_2_naming_the_address() {
 fn bad_flags_and_env_exit_2_naming_the_source() {
     let (code, _, err) = run_to_end(&["check", "--ttl", "10"]);
     assert_eq!(code, 2);
-    assert!(err.starts_with("leaderd: --ttl:") && err.contains("no unit"), "{err}");
+    assert!(
+        err.starts_with("leaderd: --ttl:") && err.contains("no unit"),
+        "{err}"
+    );
     let (code, err) = support::run_with_env(&["check"], &[("LEADERD_TTL", "")]);
     assert_eq!(code, 2);
     assert!(err.contains("LEADERD_TTL is set but empty"), "{err}");
     let dir = support::temp_dir("badfile");
     let file = dir.join("leaderd.toml");
-    std::fs::write(&file, "key = \"k\"\n\n[lease]\nttl = \"1s\"\nrenew_deadline = \"2s\"\n").unwrap();
+    std::fs::write(
+        &file,
+        "key = \"k\"\n\n[lease]\nttl = \"1s\"\nrenew_deadline = \"2s\"\n",
+    )
+    .unwrap();
     let (code, _, err) = run_to_end(&["check", "--config", support::path_str(&file)]);
     assert_eq!(code, 2);
-    assert!(err.contains("leaderd.toml line 5 (lease.renew_deadline)"), "{err}");
+    assert!(
+        err.contains("leaderd.toml line 5 (lease.renew_deadline)"),
+        "{err}"
+    );
 }

@@ -199,7 +199,7 @@ fn fencing_tokens_increase_across_handovers_and_a_redis_restart() {
     let mut redis = Redis::start();
     let key = support::key("fencing");
     let mut tokens = Vec::new();
-    let mut nodes = vec![
+    let mut nodes = [
         start(&redis, &key, "n0", FAST),
         start(&redis, &key, "n1", FAST),
     ];

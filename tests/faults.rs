@@ -7,7 +7,14 @@ use std::time::{Duration, Instant};
 use support::{Leaderd, Redis, eventually};
 
 // ttl 2s → renew every 666ms, renew deadline 1333ms.
-const FAST: &[&str] = &["--ttl", "2s", "--redis-timeout", "200ms", "--retry-interval", "300ms"];
+const FAST: &[&str] = &[
+    "--ttl",
+    "2s",
+    "--redis-timeout",
+    "200ms",
+    "--retry-interval",
+    "300ms",
+];
 const RENEW_DEADLINE: Duration = Duration::from_millis(1333);
 
 fn start(redis: &Redis, key: &str, id: &str) -> Leaderd {
@@ -24,7 +31,11 @@ fn leaders(nodes: &[Leaderd]) -> usize {
 /// Once Redis is back: exactly one leader, and it stays exactly one for a
 /// few renewal rounds.
 fn exactly_one_leader_again(nodes: &[Leaderd]) {
-    eventually(Duration::from_secs(10), "one leader after Redis returned", || (leaders(nodes) == 1).then_some(()));
+    eventually(
+        Duration::from_secs(10),
+        "one leader after Redis returned",
+        || (leaders(nodes) == 1).then_some(()),
+    );
     for _ in 0..20 {
         assert!(leaders(nodes) <= 1, "two leaders at once");
         std::thread::sleep(Duration::from_millis(50));
@@ -36,13 +47,17 @@ fn paused_redis_makes_the_leader_step_down_by_its_renew_deadline() {
     let redis = Redis::start();
     let key = support::key("sigstop");
     let nodes = vec![start(&redis, &key, "a"), start(&redis, &key, "b")];
-    eventually(Duration::from_secs(5), "a leader", || (leaders(&nodes) == 1).then_some(()));
+    eventually(Duration::from_secs(5), "a leader", || {
+        (leaders(&nodes) == 1).then_some(())
+    });
     let leader = nodes.iter().position(|n| n.is_leader()).unwrap();
     redis.pause();
     let paused = Instant::now();
-    eventually(RENEW_DEADLINE + Duration::from_secs(1), "the leader to report not-leader", || {
-        (!nodes[leader].is_leader()).then_some(())
-    });
+    eventually(
+        RENEW_DEADLINE + Duration::from_secs(1),
+        "the leader to report not-leader",
+        || (!nodes[leader].is_leader()).then_some(()),
+    );
     eprintln!("stepped down {:?} after SIGSTOP", paused.elapsed());
     assert_eq!(leaders(&nodes), 0, "nobody leads while Redis is paused");
     redis.resume();
@@ -53,14 +68,22 @@ fn paused_redis_makes_the_leader_step_down_by_its_renew_deadline() {
 fn killed_redis_then_restarted_gives_exactly_one_leader_again() {
     let mut redis = Redis::start();
     let key = support::key("redis-killed");
-    let nodes = vec![start(&redis, &key, "a"), start(&redis, &key, "b"), start(&redis, &key, "c")];
-    eventually(Duration::from_secs(5), "a leader", || (leaders(&nodes) == 1).then_some(()));
+    let nodes = vec![
+        start(&redis, &key, "a"),
+        start(&redis, &key, "b"),
+        start(&redis, &key, "c"),
+    ];
+    eventually(Duration::from_secs(5), "a leader", || {
+        (leaders(&nodes) == 1).then_some(())
+    });
     let leader = nodes.iter().position(|n| n.is_leader()).unwrap();
     redis.kill();
     let killed = Instant::now();
-    eventually(RENEW_DEADLINE + Duration::from_secs(1), "the leader to report not-leader", || {
-        (!nodes[leader].is_leader()).then_some(())
-    });
+    eventually(
+        RENEW_DEADLINE + Duration::from_secs(1),
+        "the leader to report not-leader",
+        || (!nodes[leader].is_leader()).then_some(()),
+    );
     assert!(killed.elapsed() <= RENEW_DEADLINE + Duration::from_secs(1));
     redis.restart();
     exactly_one_leader_again(&nodes);
@@ -74,14 +97,19 @@ fn redis_unreachable_at_start_keeps_trying_and_shuts_down_cleanly() {
     args.extend_from_slice(FAST);
     let mut node = Leaderd::run("lonely", &args);
     node.wait_log(Duration::from_secs(5), "backend error");
-    let (code, body) = eventually(Duration::from_secs(5), "/leader to answer", || node.get("/leader"));
+    let (code, body) = eventually(Duration::from_secs(5), "/leader to answer", || {
+        node.get("/leader")
+    });
     assert_eq!(code, 503, "{body}");
     assert!(node.running(), "does not exit while Redis is unreachable");
     assert_eq!(node.get("/healthz").map(|r| r.0), Some(200));
     node.signal("TERM");
     assert_eq!(node.wait_exit(Duration::from_secs(5)).code(), Some(0));
     let log = node.log().join("\n");
-    assert!(log.contains("from=\"waiting\" to=\"releasing\" reason=\"shutdown requested\""), "{log}");
+    assert!(
+        log.contains("from=\"waiting\" to=\"releasing\" reason=\"shutdown requested\""),
+        "{log}"
+    );
 }
 
 #[test]
@@ -89,7 +117,9 @@ fn sigterm_while_acquiring_against_a_paused_redis_exits_cleanly() {
     let redis = Redis::start();
     let key = support::key("term-paused");
     let holder = start(&redis, &key, "holder");
-    eventually(Duration::from_secs(5), "holder to lead", || holder.is_leader().then_some(()));
+    eventually(Duration::from_secs(5), "holder to lead", || {
+        holder.is_leader().then_some(())
+    });
     let mut waiter = start(&redis, &key, "waiter");
     waiter.wait_log(Duration::from_secs(5), "lease held by another candidate");
     redis.pause();
@@ -104,7 +134,9 @@ fn a_second_signal_exits_at_once() {
     let redis = Redis::start();
     let key = support::key("second-signal");
     let mut node = start(&redis, &key, "a");
-    eventually(Duration::from_secs(5), "a to lead", || node.is_leader().then_some(()));
+    eventually(Duration::from_secs(5), "a to lead", || {
+        node.is_leader().then_some(())
+    });
     redis.pause();
     node.signal("TERM");
     node.wait_log(Duration::from_secs(2), "shutdown requested");

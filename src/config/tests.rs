@@ -306,3 +306,38 @@ fn webhook_secret_never_prints() {
     assert!(!c.describe().contains("hunter2"));
     assert!(!format!("{c:?}").contains("hunter2"));
 }
+
+/// The example file documents every key with its default: uncommented, each
+/// key must parse, and the defaults must be what leaderd really uses.
+#[test]
+fn the_example_config_is_valid_and_shows_the_defaults() {
+    let example = include_str!("../../config/leaderd.example.toml");
+    let uncommented: String = example
+        .lines()
+        .map(|l| match l.strip_prefix("# ") {
+            Some(rest) if rest.contains(" = ") && !rest.starts_with(' ') => rest,
+            _ if l.starts_with('#') => "",
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    // Both backends are shown; keep the lock file out of this check.
+    let uncommented = uncommented.replace("lock_file = \"/run/leaderd/jobs.lock\"", "");
+    let c = Case::new()
+        .file(&uncommented)
+        .build()
+        .expect("example parses when uncommented");
+    let d = Case::new()
+        .args(|a| a.redis = vec!["redis://127.0.0.1:6379/0".into()])
+        .build()
+        .unwrap();
+    assert_eq!(c.timing, d.timing);
+    assert_eq!(
+        (c.key.as_str(), c.http, c.log.format),
+        (d.key.as_str(), d.http, d.log.format)
+    );
+    assert_eq!(
+        (c.child.stop_signal, c.child.stop_timeout, c.child.on_exit),
+        (d.child.stop_signal, d.child.stop_timeout, d.child.on_exit)
+    );
+}

@@ -65,7 +65,7 @@ pub enum Error {
     #[error("cannot reach {backend}: {detail}")]
     Connection { backend: String, detail: String },
     #[error(
-        "{backend} refused leaderd's credentials or permissions: {detail}; check the user and password in the Redis URL, and that the user's ACL allows EVALSHA, EVAL, SCRIPT LOAD and PUBLISH on the keys and channels ~leaderd:* &leaderd:*"
+        "{backend} refused leaderd's credentials or permissions: {detail}; check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish"
     )]
     Misconfigured { backend: String, detail: String },
     #[error("unexpected reply from {backend}: {detail}")]

@@ -283,8 +283,14 @@ pub fn run_to_end(args: &[&str]) -> (i32, String, String) {
 
 /// Runs a one-shot `leaderd` command with extra env: (exit code, stderr).
 pub fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let out = command(args).envs(env.iter().copied()).output().expect("run leaderd");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = command(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run leaderd");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A minimal HTTP/1.0 GET: (status code, JSON body or the text as a JSON string).
