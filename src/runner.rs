@@ -51,6 +51,16 @@ pub async fn run(
     };
     let (ops, op_rx) = mpsc::unbounded_channel();
     let (report_tx, mut reports) = mpsc::unbounded_channel();
+    let (notice_tx, mut notices) = mpsc::unbounded_channel();
+    let stop_watching = CancellationToken::new();
+    let watcher = backend.release_channel().map(|channel| {
+        lease::notify::watch(
+            channel,
+            config.timing.retry_interval,
+            notice_tx,
+            stop_watching.clone(),
+        )
+    });
     let worker = tokio::spawn(lease_worker(backend, op_rx, report_tx));
     let mut errors = ErrorLog::default();
     let mut state = State::Idle;
@@ -89,12 +99,17 @@ pub async fn run(
             }
             Some(report) = reports.recv() => Some(absorb(report, &status, &mut errors, config.timing.ttl)),
             Some(WorkEvent::Stopped) = work_events.recv() => Some(Event::WorkStopped),
+            Some(()) = notices.recv() => Some(Event::ReleaseNotified),
             _ = sleep_until(wake), if wake.is_some() => Some(Event::Tick),
         };
     }
     drop(ops);
     // The worker ends once its queue is empty; the release has been answered.
     let _ = worker.await;
+    stop_watching.cancel();
+    if let Some(watcher) = watcher {
+        let _ = watcher.await;
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {

@@ -7,6 +7,7 @@
 //! win is recognised rather than assumed either way.
 
 mod file;
+pub mod notify;
 mod redis;
 
 pub use self::file::FileLease;
@@ -108,6 +109,14 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.describe(),
             Backend::File(f) => f.describe(),
+        }
+    }
+
+    /// Where releases are announced, for backends that announce them.
+    pub fn release_channel(&self) -> Option<notify::ReleaseChannel> {
+        match self {
+            Backend::Redis(r) => Some(r.release_channel()),
+            Backend::File(_) => None,
         }
     }
 

@@ -100,6 +100,14 @@ impl RedisLease {
         self.url.clone()
     }
 
+    pub fn release_channel(&self) -> super::notify::ReleaseChannel {
+        super::notify::ReleaseChannel {
+            client: self.client.clone(),
+            channel: self.channel.clone(),
+            timeout: self.timeout,
+        }
+    }
+
     pub async fn acquire(&mut self) -> Result<Acquire, Error> {
         let token = self.token.get_or_insert_with(new_token).clone();
         let sent_at = Instant::now();
