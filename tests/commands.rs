@@ -231,3 +231,37 @@ fn bad_flags_and_env_exit_2_naming_the_source() {
         "{err}"
     );
 }
+
+#[test]
+fn json_logs_parse_and_transitions_carry_their_fields() {
+    let dir = support::temp_dir("json");
+    let lock = dir.join("j.lock");
+    let mut node = Leaderd::run(
+        "j",
+        &[
+            "--lock-file",
+            support::path_str(&lock),
+            "--log-format",
+            "json",
+        ],
+    );
+    eventually(Duration::from_secs(5), "j to lead", || {
+        node.is_leader().then_some(())
+    });
+    node.signal("TERM");
+    assert_eq!(node.wait_exit(Duration::from_secs(5)).code(), Some(0));
+    let lines = node.log();
+    let mut transitions = 0;
+    for line in &lines {
+        let json: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if json["message"] == "transition" {
+            transitions += 1;
+            for field in ["from", "to", "reason", "id", "key"] {
+                assert!(json[field].is_string(), "{field} missing: {line}");
+            }
+        }
+    }
+    // idle→acquiring→working, then working→pausing→releasing→idle on SIGTERM.
+    assert!(transitions >= 5, "{lines:#?}");
+}
