@@ -145,3 +145,46 @@ fn a_second_signal_exits_at_once() {
     redis.resume();
     assert_eq!(status.code(), Some(128 + 15));
 }
+
+#[test]
+fn a_timed_out_acquire_that_won_is_recognised_by_its_token() {
+    let redis = Redis::start();
+    let key = support::key("ambiguous");
+    // Writes (and scripts) wait 1.5s: the first acquire times out on the
+    // client after 200ms but runs on the server when the pause ends.
+    redis.cmd(&["CLIENT", "PAUSE", "1500", "WRITE"]);
+    let url = redis.url();
+    let node = Leaderd::run(
+        "a",
+        &[
+            "--redis",
+            &url,
+            "--key",
+            &key,
+            "--ttl",
+            "8s",
+            "--redis-timeout",
+            "200ms",
+            "--retry-interval",
+            "300ms",
+        ],
+    );
+    node.wait_log(Duration::from_secs(5), "did not answer within");
+    // Had the token been forgotten, the next attempt would be refused by our
+    // own stale lease and wait out its 8s TTL.
+    eventually(
+        Duration::from_secs(5),
+        "a to lead on the lease its timed-out attempt won",
+        || node.is_leader().then_some(()),
+    );
+    let (_, body) = node.leader().unwrap();
+    let stored: serde_json::Value =
+        serde_json::from_str(&redis.get(&format!("leaderd:{{{key}}}:lease")).unwrap()).unwrap();
+    assert_eq!(stored["fencing_token"], body["fencing_token"]);
+    let acquisitions = node
+        .log()
+        .iter()
+        .filter(|l| l.contains("reason=\"lease acquired\""))
+        .count();
+    assert_eq!(acquisitions, 1);
+}
