@@ -5,6 +5,8 @@ use crate::config::{BackendConfig, Config, ConfigError};
 use crate::lease::{self, Backend, Peek};
 use crate::status::Snapshot;
 use crate::work::Work;
+use crate::work::child::ChildSpec;
+use crate::work::process;
 use crate::{http, runner, shutdown};
 use std::process::ExitCode;
 use tokio::sync::watch;
@@ -40,13 +42,15 @@ fn backend(config: &Config) -> Result<Backend, Failure> {
 
 /// `leaderd run`: campaign until SIGTERM/SIGINT, then release and return.
 pub async fn run(config: Config) -> Result<ExitCode, Failure> {
-    if !config.child.command.is_empty() || !config.webhook.urls.is_empty() {
+    if !config.webhook.urls.is_empty() {
         return Err(ConfigError(
-            "running a command or calling webhooks is not available in this version; run elect-only and let the worker ask GET /leader".into(),
+            "webhooks are not available in this version yet; remove --webhook / webhook.urls"
+                .into(),
         )
         .into());
     }
-    let shutdown = shutdown::install(|| {})
+    let child = child_spec(&config)?;
+    let shutdown = shutdown::install()
         .map_err(|e| Failure::Fatal(format!("cannot install signal handlers: {e}")))?;
     if let BackendConfig::LockFile {
         path,
@@ -91,14 +95,47 @@ pub async fn run(config: Config) -> Result<ExitCode, Failure> {
         renew_deadline = ?config.timing.renew_deadline,
         "leaderd starting"
     );
-    let (work, work_events) = Work::elect_only();
-    runner::run(&config, backend, work, work_events, status_tx, shutdown).await;
+    let (work, work_events) = match child {
+        Some(spec) => Work::child(spec),
+        None => Work::elect_only(),
+    };
+    let child_code = runner::run(&config, backend, work, work_events, status_tx, shutdown).await;
     http_stop.cancel();
     if let Some(server) = server {
         let _ = server.await;
     }
-    tracing::info!("leaderd stopped");
-    Ok(ExitCode::SUCCESS)
+    match child_code {
+        Some(code) => {
+            tracing::info!(
+                code,
+                "leaderd stopped: the child exited (on_child_exit = exit)"
+            );
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
+        None => {
+            tracing::info!("leaderd stopped");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The child to run, its program checked now: a typo is an error at start-up,
+/// not at first leadership.
+fn child_spec(config: &Config) -> Result<Option<ChildSpec>, Failure> {
+    let Some((program, args)) = config.child.command.split_first() else {
+        return Ok(None);
+    };
+    let program = process::resolve(program, std::env::var_os("PATH"))
+        .map_err(|e| ConfigError(format!("child command: {e}")))?;
+    Ok(Some(ChildSpec {
+        program,
+        args: args.to_vec(),
+        id: config.id.clone(),
+        key: config.key.clone(),
+        ttl: config.timing.ttl,
+        stop_signal: config.child.stop_signal,
+        on_exit: config.child.on_exit,
+    }))
 }
 
 #[derive(serde::Serialize)]

@@ -8,6 +8,12 @@ use leaderd::telemetry;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == leaderd::work::guard::ARG)
+    {
+        leaderd::work::guard::main();
+    }
     let cli = Cli::parse();
     let (args, command): (&ConfigArgs, &[String]) = match &cli.command {
         Command::Run(run) => (&run.config, &run.command),

@@ -32,7 +32,8 @@ struct Ident<'a> {
     key: &'a str,
 }
 
-/// Runs the election until shutdown has released the lease.
+/// Runs the election until shutdown has released the lease. Returns the
+/// child's exit code when `on_child_exit = exit` ended the run.
 pub async fn run(
     config: &Config,
     backend: Backend,
@@ -40,7 +41,7 @@ pub async fn run(
     mut work_events: mpsc::UnboundedReceiver<WorkEvent>,
     status: watch::Sender<Snapshot>,
     shutdown: CancellationToken,
-) {
+) -> Option<i32> {
     let machine = Machine {
         timing: config.timing,
         stop_timeout: config.child.stop_timeout,
@@ -66,6 +67,7 @@ pub async fn run(
     let mut state = State::Idle;
     let mut exit = false;
     let mut shutdown_seen = false;
+    let mut exit_code = None;
     status.send_modify(|s| s.ready = true);
     let mut next = Some(Event::Started);
     while !exit {
@@ -98,7 +100,15 @@ pub async fn run(
                 Some(Event::ShutdownRequested)
             }
             Some(report) = reports.recv() => Some(absorb(report, &status, &mut errors, config.timing.ttl)),
-            Some(WorkEvent::Stopped) = work_events.recv() => Some(Event::WorkStopped),
+            Some(event) = work_events.recv() => Some(match event {
+                WorkEvent::Stopped => Event::WorkStopped,
+                WorkEvent::Exited { exit, code } => {
+                    if exit {
+                        exit_code = Some(code);
+                    }
+                    Event::WorkExited { exit }
+                }
+            }),
             Some(()) = notices.recv() => Some(Event::ReleaseNotified),
             _ = sleep_until(wake), if wake.is_some() => Some(Event::Tick),
         };
@@ -110,6 +120,8 @@ pub async fn run(
     if let Some(watcher) = watcher {
         let _ = watcher.await;
     }
+    work.finish().await;
+    exit_code
 }
 
 async fn sleep_until(at: Option<Instant>) {

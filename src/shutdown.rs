@@ -1,6 +1,7 @@
 //! Signals → one cancellation token. The first SIGTERM or SIGINT cancels the
 //! token (the state machine then stops the work and releases the lease); a
-//! second one exits at once with 128 + the signal number.
+//! second one exits at once with 128 + the signal number (the child's guard
+//! then kills the child's process group).
 
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -8,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 /// Installs the handlers and returns the token every task watches. Call it
 /// before anything that can block (connecting to Redis), so a signal during
 /// start-up is honoured too.
-pub fn install(on_abort: fn()) -> std::io::Result<CancellationToken> {
+pub fn install() -> std::io::Result<CancellationToken> {
     let token = CancellationToken::new();
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -28,8 +29,8 @@ pub fn install(on_abort: fn()) -> std::io::Result<CancellationToken> {
                 );
                 cancel.cancel();
             } else {
+                // The child's guard sees leaderd go and kills the child's group.
                 tracing::warn!(signal = name, "second signal: exiting at once");
-                on_abort();
                 std::process::exit(128 + number);
             }
         }

@@ -183,6 +183,11 @@ pub enum Event {
     Released,
     /// The work has stopped completely (child reaped).
     WorkStopped,
+    /// The child exited on its own and the policy says step down: release
+    /// and wait (`exit: false`) or release and exit (`exit: true`).
+    WorkExited {
+        exit: bool,
+    },
     /// A release was announced by the holder: worth trying now.
     ReleaseNotified,
     ShutdownRequested,
@@ -222,6 +227,7 @@ pub enum Reason {
     Released,
     RetryDue,
     ReleaseNotified,
+    ChildExited,
     Ignored,
 }
 
@@ -242,6 +248,7 @@ impl Reason {
             Reason::Released => "lease released",
             Reason::RetryDue => "retry due",
             Reason::ReleaseNotified => "release notified",
+            Reason::ChildExited => "child exited",
             Reason::Ignored => "event does not apply in this state",
         }
     }

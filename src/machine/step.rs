@@ -235,6 +235,21 @@ impl Machine {
                 )
                 .with_lease(None),
 
+            (S::Working { lease }, E::WorkExited { exit }) => self.pause(
+                Some(lease),
+                Renewal::IDLE,
+                AfterPause::Release { exit },
+                Reason::ChildExited,
+                now,
+            ),
+            (S::Renewing { lease, renewal }, E::WorkExited { exit }) => self.pause(
+                Some(lease),
+                renewal,
+                AfterPause::Release { exit },
+                Reason::ChildExited,
+                now,
+            ),
+
             (S::Pausing { .. }, event) => self.pausing(state, event, now),
 
             (S::Releasing { after }, E::Released) => match after {

@@ -84,6 +84,8 @@ fn events(t0: Instant) -> Vec<Event> {
         Event::Lost,
         Event::Released,
         Event::WorkStopped,
+        Event::WorkExited { exit: false },
+        Event::WorkExited { exit: true },
         Event::ReleaseNotified,
         Event::ShutdownRequested,
     ]
@@ -641,5 +643,24 @@ fn sweep_invariants_over_every_state_and_event() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn child_exit_policies_release_then_wait_or_exit() {
+    let m = machine();
+    let t0 = Instant::now();
+    for (exit, last) in [(false, StateName::Waiting), (true, StateName::Idle)] {
+        let paused = m.step(
+            &State::Working { lease: lease(t0) },
+            Event::WorkExited { exit },
+            t0 + 10 * MS,
+        );
+        assert_eq!(paused.reason, Reason::ChildExited);
+        let releasing = m.step(&paused.next, Event::WorkStopped, t0 + 20 * MS);
+        assert_eq!(names(&releasing.actions), vec!["release"]);
+        let done = m.step(&releasing.next, Event::Released, t0 + 30 * MS);
+        assert_eq!(done.next.name(), last);
+        assert_eq!(done.actions.contains(&Action::Exit), exit);
     }
 }

@@ -1,48 +1,112 @@
 //! The work run while leader. The runner calls `start` and `stop` as the
 //! machine's actions say, and receives [`WorkEvent`]s on the channel handed
-//! out by the constructor. Elect-only mode has no work: stopping completes at
-//! once. The supervised child and webhooks plug in here.
+//! out by the constructor.
+//!
+//! - elect-only: no work; stopping completes at once.
+//! - child: a supervised command ([`child`]) in its own process group behind
+//!   a guard ([`guard`], [`process`]), so it never outlives the lease or leaderd.
+
+pub mod child;
+pub mod guard;
+pub mod process;
 
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkEvent {
     /// Everything the work started has stopped (for a child: reaped).
     Stopped,
+    /// The child exited on its own (policy `release` or `exit`; `restart`
+    /// is handled inside the supervisor). `code` is 128+N for signal N.
+    Exited { exit: bool, code: i32 },
+}
+
+enum Kind {
+    ElectOnly {
+        events: mpsc::UnboundedSender<WorkEvent>,
+        /// `Stopped` has been reported since the last start.
+        stop_reported: bool,
+    },
+    Child {
+        commands: mpsc::UnboundedSender<child::Command>,
+        supervisor: JoinHandle<()>,
+    },
 }
 
 pub struct Work {
-    events: mpsc::UnboundedSender<WorkEvent>,
-    /// `Stopped` has been reported since the last start.
-    stop_reported: bool,
+    kind: Kind,
 }
 
 impl Work {
     /// No work: the worker beside leaderd asks `/leader` instead.
     pub fn elect_only() -> (Self, mpsc::UnboundedReceiver<WorkEvent>) {
         let (events, rx) = mpsc::unbounded_channel();
+        let kind = Kind::ElectOnly {
+            events,
+            stop_reported: false,
+        };
+        (Work { kind }, rx)
+    }
+
+    /// A supervised child command. Must be called inside the runtime, whose
+    /// thread then spawns the children (see `process` on parent-death signals).
+    pub fn child(spec: child::ChildSpec) -> (Self, mpsc::UnboundedReceiver<WorkEvent>) {
+        let (events, rx) = mpsc::unbounded_channel();
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let supervisor = tokio::spawn(child::supervise(spec, command_rx, events));
         (
             Work {
-                events,
-                stop_reported: false,
+                kind: Kind::Child {
+                    commands,
+                    supervisor,
+                },
             },
             rx,
         )
     }
 
     pub fn start(&mut self, fencing_token: u64) {
-        tracing::debug!(fencing_token, "work started (elect-only: nothing to run)");
-        self.stop_reported = false;
+        match &mut self.kind {
+            Kind::ElectOnly { stop_reported, .. } => {
+                tracing::debug!(fencing_token, "elect-only: nothing to start");
+                *stop_reported = false;
+            }
+            Kind::Child { commands, .. } => {
+                let _ = commands.send(child::Command::Start { fencing_token });
+            }
+        }
     }
 
     /// Stops the work; it must be dead by `kill_at`. Called again with a new
     /// `kill_at` when the lease's validity moves. Reports `Stopped` once.
-    pub fn stop(&mut self, _kill_at: Instant) {
-        if !self.stop_reported {
-            self.stop_reported = true;
-            // The runner owns the receiver for as long as it calls us.
-            let _ = self.events.send(WorkEvent::Stopped);
+    pub fn stop(&mut self, kill_at: Instant) {
+        match &mut self.kind {
+            Kind::ElectOnly {
+                events,
+                stop_reported,
+            } => {
+                if !*stop_reported {
+                    *stop_reported = true;
+                    let _ = events.send(WorkEvent::Stopped);
+                }
+            }
+            Kind::Child { commands, .. } => {
+                let _ = commands.send(child::Command::Stop { kill_at });
+            }
+        }
+    }
+
+    /// Ends the supervisor, killing anything still running, and waits for it.
+    pub async fn finish(self) {
+        if let Kind::Child {
+            commands,
+            supervisor,
+        } = self.kind
+        {
+            drop(commands);
+            let _ = supervisor.await;
         }
     }
 }

@@ -1,0 +1,372 @@
+//! The child supervisor: one task that starts the command when leadership is
+//! won, stops it (stop signal to the group, SIGKILL by the deadline the
+//! machine gives), reaps everything, restarts it under `on_exit = restart`,
+//! and forwards SIGHUP/SIGUSR1/SIGUSR2 to it.
+
+use super::WorkEvent;
+use super::process::{self, Group, Spec};
+use crate::config::{OnChildExit, Signal};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// How often a stopping group is checked for stragglers: members of the
+/// group do not all send us SIGCHLD.
+const STRAGGLER_POLL: Duration = Duration::from_millis(20);
+/// Restart backoff: 1 s doubling up to 30 s; reset once a run lasted 30 s.
+const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+const BACKOFF_CAP: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub struct ChildSpec {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub id: String,
+    pub key: String,
+    pub ttl: Duration,
+    pub stop_signal: Signal,
+    pub on_exit: OnChildExit,
+}
+
+#[derive(Debug)]
+pub enum Command {
+    Start { fencing_token: u64 },
+    Stop { kill_at: Instant },
+}
+
+/// What to do once a stop (or a clean-up after an exit) has finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    ReportStopped,
+    ReportExited { exit: bool, code: i32 },
+    Restart { fencing_token: u64, at: Instant },
+}
+
+#[derive(Debug)]
+enum Phase {
+    Idle,
+    Running {
+        group: Group,
+        started: Instant,
+        fencing_token: u64,
+    },
+    BackingOff {
+        until: Instant,
+        fencing_token: u64,
+    },
+    Stopping {
+        group: Group,
+        child_alive: bool,
+        kill_at: Instant,
+        killed: bool,
+        then: Then,
+    },
+}
+
+struct Supervisor {
+    spec: ChildSpec,
+    events: mpsc::UnboundedSender<WorkEvent>,
+    phase: Phase,
+    restarts: u32,
+}
+
+/// Runs the supervisor until `commands` closes, then kills whatever is left.
+pub async fn supervise(
+    spec: ChildSpec,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    events: mpsc::UnboundedSender<WorkEvent>,
+) {
+    process::become_subreaper();
+    let (Ok(mut chld), Ok(mut hup), Ok(mut usr1), Ok(mut usr2)) = (
+        signal(SignalKind::child()),
+        signal(SignalKind::hangup()),
+        signal(SignalKind::user_defined1()),
+        signal(SignalKind::user_defined2()),
+    ) else {
+        tracing::error!("cannot install signal handlers for the child; the child will not be run");
+        return;
+    };
+    let mut s = Supervisor {
+        spec,
+        events,
+        phase: Phase::Idle,
+        restarts: 0,
+    };
+    loop {
+        let timer = s.next_timer();
+        tokio::select! {
+            command = commands.recv() => match command {
+                Some(Command::Start { fencing_token }) => s.start(fencing_token),
+                Some(Command::Stop { kill_at }) => s.stop(kill_at),
+                None => break,
+            },
+            _ = chld.recv() => s.reap(),
+            _ = hup.recv() => s.forward(libc::SIGHUP, "SIGHUP"),
+            _ = usr1.recv() => s.forward(libc::SIGUSR1, "SIGUSR1"),
+            _ = usr2.recv() => s.forward(libc::SIGUSR2, "SIGUSR2"),
+            _ = sleep_until(timer), if timer.is_some() => s.on_timer(),
+        }
+    }
+    s.kill_everything();
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at).await;
+    }
+}
+
+impl Supervisor {
+    fn next_timer(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::BackingOff { until, .. } => Some(*until),
+            Phase::Stopping {
+                kill_at, killed, ..
+            } => {
+                let poll = Instant::now() + STRAGGLER_POLL;
+                Some(if *killed { poll } else { poll.min(*kill_at) })
+            }
+            _ => None,
+        }
+    }
+
+    fn emit(&self, event: WorkEvent) {
+        let _ = self.events.send(event);
+    }
+
+    fn start(&mut self, fencing_token: u64) {
+        match self.phase {
+            Phase::Idle => self.spawn(fencing_token),
+            // A start while a previous stop is still in progress: start once it is done.
+            Phase::Stopping { ref mut then, .. } => {
+                *then = Then::Restart {
+                    fencing_token,
+                    at: Instant::now(),
+                }
+            }
+            _ => tracing::warn!("start requested while the child is already running; ignored"),
+        }
+    }
+
+    fn spawn(&mut self, fencing_token: u64) {
+        let env_set = [
+            ("LEADERD_ID", self.spec.id.clone()),
+            ("LEADERD_KEY", self.spec.key.clone()),
+            ("LEADERD_FENCING_TOKEN", fencing_token.to_string()),
+            (
+                "LEADERD_LEASE_TTL_MS",
+                self.spec.ttl.as_millis().to_string(),
+            ),
+        ];
+        let spec = Spec {
+            program: &self.spec.program,
+            args: &self.spec.args,
+            env_set: &env_set,
+            env_remove: &["LEADERD_REDIS_URL", "LEADERD_WEBHOOK_SECRET"],
+        };
+        match process::spawn(&spec) {
+            Ok(group) => {
+                tracing::info!(pid = group.child, fencing_token, command = %self.spec.program.display(), "child started");
+                self.phase = Phase::Running {
+                    group,
+                    started: Instant::now(),
+                    fencing_token,
+                };
+            }
+            Err(e) => {
+                tracing::error!(error = %e, command = %self.spec.program.display(), "cannot start the child");
+                self.phase = Phase::Idle;
+                self.after_exit(127, Instant::now(), fencing_token);
+            }
+        }
+    }
+
+    fn stop(&mut self, kill_at: Instant) {
+        match std::mem::replace(&mut self.phase, Phase::Idle) {
+            Phase::Idle | Phase::BackingOff { .. } => self.emit(WorkEvent::Stopped),
+            Phase::Running { group, .. } => {
+                let signal = self.spec.stop_signal;
+                tracing::info!(
+                    pid = group.child,
+                    signal = signal.name,
+                    "stopping the child"
+                );
+                process::signal_group(group.pgid, signal.number);
+                self.phase = Phase::Stopping {
+                    group,
+                    child_alive: true,
+                    kill_at,
+                    killed: false,
+                    then: Then::ReportStopped,
+                };
+                self.on_timer();
+            }
+            Phase::Stopping {
+                group,
+                child_alive,
+                killed,
+                ..
+            } => {
+                // A new deadline (the lease moved), and whatever was planned
+                // after the stop is now just "stopped".
+                self.phase = Phase::Stopping {
+                    group,
+                    child_alive,
+                    kill_at,
+                    killed,
+                    then: Then::ReportStopped,
+                };
+                self.on_timer();
+            }
+        }
+    }
+
+    fn forward(&self, signal: i32, name: &str) {
+        if let Phase::Running { group, .. } = &self.phase {
+            tracing::info!(
+                signal = name,
+                pid = group.child,
+                "forwarding signal to the child's process group"
+            );
+            process::signal_group(group.pgid, signal);
+        }
+    }
+
+    fn reap(&mut self) {
+        for (pid, code) in process::reap_all() {
+            match &mut self.phase {
+                Phase::Running {
+                    group,
+                    started,
+                    fencing_token,
+                } if group.child == pid => {
+                    let (started, fencing_token) = (*started, *fencing_token);
+                    tracing::info!(pid, code, "child exited");
+                    let Phase::Running { group, .. } =
+                        std::mem::replace(&mut self.phase, Phase::Idle)
+                    else {
+                        unreachable!()
+                    };
+                    // Clean up what it left in its group before acting on the exit.
+                    process::signal_group(group.pgid, libc::SIGKILL);
+                    let then = self.exit_plan(code, started, fencing_token);
+                    self.phase = Phase::Stopping {
+                        group,
+                        child_alive: false,
+                        kill_at: Instant::now(),
+                        killed: true,
+                        then,
+                    };
+                }
+                Phase::Stopping {
+                    group, child_alive, ..
+                } if group.child == pid => {
+                    tracing::info!(pid, code, "child stopped");
+                    *child_alive = false;
+                }
+                _ => tracing::debug!(pid, code, "reaped a descendant"),
+            }
+        }
+        self.on_timer();
+    }
+
+    /// Under `restart` with capped backoff; otherwise report the exit.
+    fn exit_plan(&mut self, code: i32, started: Instant, fencing_token: u64) -> Then {
+        match self.spec.on_exit {
+            OnChildExit::Restart => {
+                if started.elapsed() >= BACKOFF_CAP {
+                    self.restarts = 0;
+                }
+                let delay = (BACKOFF_FIRST * 2u32.saturating_pow(self.restarts)).min(BACKOFF_CAP);
+                self.restarts = self.restarts.saturating_add(1);
+                tracing::info!(code, delay = ?delay, "restarting the child after a backoff (on_child_exit = restart)");
+                Then::Restart {
+                    fencing_token,
+                    at: Instant::now() + delay,
+                }
+            }
+            OnChildExit::Release => Then::ReportExited { exit: false, code },
+            OnChildExit::Exit => Then::ReportExited { exit: true, code },
+        }
+    }
+
+    fn after_exit(&mut self, code: i32, started: Instant, fencing_token: u64) {
+        match self.exit_plan(code, started, fencing_token) {
+            Then::Restart { fencing_token, at } => {
+                self.phase = Phase::BackingOff {
+                    until: at,
+                    fencing_token,
+                }
+            }
+            Then::ReportExited { exit, code } => self.emit(WorkEvent::Exited { exit, code }),
+            Then::ReportStopped => self.emit(WorkEvent::Stopped),
+        }
+    }
+
+    fn on_timer(&mut self) {
+        let now = Instant::now();
+        match &mut self.phase {
+            Phase::BackingOff {
+                until,
+                fencing_token,
+            } if now >= *until => {
+                let fencing_token = *fencing_token;
+                self.spawn(fencing_token);
+            }
+            Phase::Stopping {
+                group,
+                child_alive,
+                kill_at,
+                killed,
+                then,
+            } => {
+                if !*killed && now >= *kill_at {
+                    tracing::warn!(
+                        pid = group.child,
+                        "child did not stop in time: SIGKILL to its process group"
+                    );
+                    process::signal_group(group.pgid, libc::SIGKILL);
+                    *killed = true;
+                }
+                let stragglers = process::stragglers(group.pgid);
+                if *killed {
+                    for pid in &stragglers {
+                        process::signal_process(*pid, libc::SIGKILL);
+                    }
+                }
+                if *child_alive || !stragglers.is_empty() {
+                    return;
+                }
+                group.dismiss_guard();
+                let then = *then;
+                self.phase = Phase::Idle;
+                match then {
+                    Then::ReportStopped => self.emit(WorkEvent::Stopped),
+                    Then::ReportExited { exit, code } => {
+                        self.emit(WorkEvent::Exited { exit, code })
+                    }
+                    Then::Restart { fencing_token, at } if at <= now => self.spawn(fencing_token),
+                    Then::Restart { fencing_token, at } => {
+                        self.phase = Phase::BackingOff {
+                            until: at,
+                            fencing_token,
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// On the way out: nothing may survive leaderd.
+    fn kill_everything(&mut self) {
+        if let Phase::Running { group, .. } | Phase::Stopping { group, .. } = &mut self.phase {
+            process::signal_group(group.pgid, libc::SIGKILL);
+            group.dismiss_guard();
+        }
+        self.phase = Phase::Idle;
+        process::reap_all();
+    }
+}

@@ -1,0 +1,226 @@
+//! Process plumbing for the child (Linux): spawning it in its own process
+//! group behind a guard, signalling the group, reaping, and finding
+//! stragglers in `/proc`.
+//!
+//! The group is led by a *guard*: leaderd re-executed as `leaderd __guard`,
+//! whose stdin is the read end of a lifeline pipe only leaderd can write to.
+//! When leaderd dies, however it dies, the kernel closes that pipe, the guard
+//! reads EOF and SIGKILLs the whole group, grandchildren included. While the
+//! guard lives the group ID cannot be reused, so signalling it never hits a
+//! stranger. The child itself also gets a parent-death SIGKILL as a second
+//! layer; that signal fires when the spawning *thread* exits, which is why
+//! children are spawned only from the runtime's main thread.
+
+use std::ffi::OsString;
+use std::io::PipeWriter;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// A running child and the group it leads... through its guard.
+#[derive(Debug)]
+pub struct Group {
+    /// The process group ID, which is the guard's PID.
+    pub pgid: i32,
+    pub child: i32,
+    /// Dropping it tells the guard to kill whatever is left in the group.
+    lifeline: Option<PipeWriter>,
+}
+
+impl Group {
+    pub fn guard(&self) -> i32 {
+        self.pgid
+    }
+
+    /// Lets the guard go: it kills what is left of the group, itself included.
+    pub fn dismiss_guard(&mut self) {
+        self.lifeline = None;
+    }
+}
+
+/// What to run and with what environment.
+pub struct Spec<'a> {
+    pub program: &'a Path,
+    pub args: &'a [String],
+    pub env_set: &'a [(&'static str, String)],
+    pub env_remove: &'a [&'static str],
+}
+
+/// Spawns the guard, then the child inside the guard's process group.
+pub fn spawn(spec: &Spec<'_>) -> std::io::Result<Group> {
+    let exe = std::env::current_exe()?;
+    let (reader, writer) = std::io::pipe()?;
+    let guard = Command::new(exe)
+        .arg(crate::work::guard::ARG)
+        .stdin(Stdio::from(reader))
+        .stdout(Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    let pgid = guard.id() as i32;
+    let parent = std::process::id() as i32;
+    let mut cmd = Command::new(spec.program);
+    cmd.args(spec.args).stdin(Stdio::null()).process_group(pgid);
+    for name in spec.env_remove {
+        cmd.env_remove(name);
+    }
+    for (name, value) in spec.env_set {
+        cmd.env(name, value);
+    }
+    // SAFETY: only async-signal-safe calls (prctl, getppid, raise) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // leaderd may have died before the line above took effect.
+            if libc::getppid() != parent {
+                libc::raise(libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+    match cmd.spawn() {
+        Ok(child) => Ok(Group {
+            pgid,
+            child: child.id() as i32,
+            lifeline: Some(writer),
+        }),
+        Err(e) => {
+            drop(writer); // the guard kills its (otherwise empty) group and exits
+            Err(e)
+        }
+    }
+}
+
+/// Sends `signal` to every process in the group. `false` if none is left.
+pub fn signal_group(pgid: i32, signal: i32) -> bool {
+    // SAFETY: plain syscall; a negative PID addresses the group.
+    unsafe { libc::kill(-pgid, signal) == 0 }
+}
+
+pub fn signal_process(pid: i32, signal: i32) {
+    // SAFETY: plain syscall.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}
+
+/// Makes leaderd the reaper of its orphaned descendants, so a grandchild
+/// whose parent died is reaped (and can be found and killed) by us.
+pub fn become_subreaper() {
+    // SAFETY: plain prctl on the calling process.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong);
+    }
+}
+
+/// Reaps every exited child without blocking: (pid, exit code as a shell
+/// reports it, 128+N for signal N).
+pub fn reap_all() -> Vec<(i32, i32)> {
+    let mut reaped = Vec::new();
+    loop {
+        let mut status = 0;
+        // SAFETY: plain syscall with a valid out-pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return reaped;
+        }
+        reaped.push((pid, exit_code(status)));
+    }
+}
+
+fn exit_code(status: i32) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        1
+    }
+}
+
+/// `(pid, ppid, pgrp)` of every process, from `/proc/*/stat`.
+fn processes() -> Vec<(i32, i32, i32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // The command name may contain spaces and parentheses: parse after the last ')'.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let mut fields = rest.split_whitespace();
+            let state = fields.next()?;
+            let ppid = fields.next()?.parse().ok()?;
+            let pgrp = fields.next()?.parse().ok()?;
+            (state != "Z").then_some((pid, ppid, pgrp))
+        })
+        .collect()
+}
+
+/// Live processes that belong to the work: members of the group other than
+/// the guard, and processes adopted by leaderd (descendants that left the
+/// group and lost their parent).
+pub fn stragglers(pgid: i32) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    processes()
+        .into_iter()
+        .filter(|&(pid, ppid, pgrp)| pid != pgid && (pgrp == pgid || ppid == me))
+        .map(|(pid, _, _)| pid)
+        .collect()
+}
+
+/// Finds `program` the way exec would: a path as given, else on `PATH`.
+/// Checked at start-up so a typo is an error now, not at first leadership.
+pub fn resolve(program: &str, path_var: Option<OsString>) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        return match std::fs::metadata(&path) {
+            Err(e) => Err(format!("`{program}`: {e}")),
+            Ok(m) if !m.is_file() => Err(format!("`{program}` is not a file")),
+            Ok(_) if !executable(&path) => {
+                Err(format!("`{program}` is not executable; chmod +x it"))
+            }
+            Ok(_) => Ok(path),
+        };
+    }
+    let path_var = path_var.unwrap_or_default();
+    std::env::split_paths(&path_var)
+        .map(|dir| dir.join(program))
+        .find(|candidate| executable(candidate))
+        .ok_or_else(|| {
+            format!("`{program}` was not found on PATH; give its full path or install it")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_like_exec() {
+        assert!(resolve("sh", std::env::var_os("PATH")).is_ok());
+        assert!(resolve("/bin/sh", None).is_ok());
+        assert!(
+            resolve("no-such-program-leaderd", std::env::var_os("PATH"))
+                .unwrap_err()
+                .contains("not found on PATH")
+        );
+        assert!(
+            resolve("/etc/hostname", None)
+                .unwrap_err()
+                .contains("not executable")
+        );
+        assert!(resolve("/tmp", None).unwrap_err().contains("not a file"));
+    }
+
+    #[test]
+    fn exit_codes_map_signals_to_128_plus_n() {
+        assert_eq!(exit_code(3 << 8), 3);
+        assert_eq!(exit_code(libc::SIGKILL), 137);
+    }
+}
