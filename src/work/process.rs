@@ -210,11 +210,11 @@ mod tests {
                 .unwrap_err()
                 .contains("not found on PATH")
         );
-        assert!(
-            resolve("/etc/hostname", None)
-                .unwrap_err()
-                .contains("not executable")
-        );
+        let plain = std::env::temp_dir().join(format!("leaderd-not-exec-{}", std::process::id()));
+        std::fs::write(&plain, "data").unwrap();
+        let err = resolve(plain.to_str().unwrap(), None).unwrap_err();
+        let _ = std::fs::remove_file(&plain);
+        assert!(err.contains("not executable"), "{err}");
         assert!(resolve("/tmp", None).unwrap_err().contains("not a file"));
     }
 
