@@ -322,3 +322,84 @@ pub fn path_str(p: &Path) -> &str {
 pub fn key(name: &str) -> String {
     format!("t-{name}")
 }
+
+/// The probe child (`examples/probe_child.rs`), built by `cargo test` next to
+/// the test binaries.
+pub fn probe_child() -> String {
+    let exe = std::env::current_exe().expect("test binary path");
+    let debug = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let probe = debug.join("examples").join("probe_child");
+    assert!(
+        probe.exists(),
+        "{} missing: run the tests with `cargo test --all-targets` (scripts/test)",
+        probe.display()
+    );
+    probe.to_str().expect("utf-8 path").to_string()
+}
+
+/// One line of a probe log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeEvent {
+    pub kind: String,
+    pub pid: i32,
+    pub ns: u128,
+    pub rest: Vec<String>,
+}
+
+pub fn probe_events(log: &Path) -> Vec<ProbeEvent> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let kind = f.next()?.to_string();
+            let pid = f.next()?.parse().ok()?;
+            let ns = f.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            Some(ProbeEvent {
+                kind,
+                pid,
+                ns,
+                rest: f.map(str::to_string).collect(),
+            })
+        })
+        .collect()
+}
+
+/// Is `pid` a live (not zombie, not gone) process?
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
+        .is_some_and(|zombie| !zombie)
+}
+
+/// Live processes in process group `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .is_some_and(|s| {
+                    let rest = &s[s.rfind(')').map_or(0, |i| i + 2)..];
+                    let f: Vec<&str> = rest.split_whitespace().collect();
+                    f.len() > 2 && f[0] != "Z" && f[2] == pgid.to_string()
+                })
+        })
+        .collect()
+}
+
+pub fn pgid_of(pid: i32) -> i32 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process exists");
+    let rest = &s[s.rfind(')').expect("stat format") + 2..];
+    rest.split_whitespace()
+        .nth(2)
+        .expect("pgrp")
+        .parse()
+        .expect("number")
+}
