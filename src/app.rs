@@ -7,6 +7,7 @@ use crate::status::Snapshot;
 use crate::work::Work;
 use crate::work::child::ChildSpec;
 use crate::work::process;
+use crate::work::webhook::{WebhookSpec, Webhooks, decode_secret};
 use crate::{http, runner, shutdown};
 use std::process::ExitCode;
 use tokio::sync::watch;
@@ -42,14 +43,8 @@ fn backend(config: &Config) -> Result<Backend, Failure> {
 
 /// `leaderd run`: campaign until SIGTERM/SIGINT, then release and return.
 pub async fn run(config: Config) -> Result<ExitCode, Failure> {
-    if !config.webhook.urls.is_empty() {
-        return Err(ConfigError(
-            "webhooks are not available in this version yet; remove --webhook / webhook.urls"
-                .into(),
-        )
-        .into());
-    }
     let child = child_spec(&config)?;
+    let webhooks = webhooks(&config)?;
     let shutdown = shutdown::install()
         .map_err(|e| Failure::Fatal(format!("cannot install signal handlers: {e}")))?;
     if let BackendConfig::LockFile {
@@ -95,10 +90,7 @@ pub async fn run(config: Config) -> Result<ExitCode, Failure> {
         renew_deadline = ?config.timing.renew_deadline,
         "leaderd starting"
     );
-    let (work, work_events) = match child {
-        Some(spec) => Work::child(spec),
-        None => Work::elect_only(),
-    };
+    let (work, work_events) = Work::new(child, webhooks);
     let child_code = runner::run(&config, backend, work, work_events, status_tx, shutdown).await;
     http_stop.cancel();
     if let Some(server) = server {
@@ -117,6 +109,46 @@ pub async fn run(config: Config) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The webhooks, with the signing secret read and decoded now.
+fn webhooks(config: &Config) -> Result<Option<Webhooks>, Failure> {
+    if config.webhook.urls.is_empty() {
+        return Ok(None);
+    }
+    let secret = match (&config.webhook.secret, &config.webhook.secret_file) {
+        (Some(secret), _) => Some(
+            decode_secret(secret.expose())
+                .map_err(|e| ConfigError(format!("LEADERD_WEBHOOK_SECRET: {e}")))?,
+        ),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError(format!("webhook secret file {}: {e}", path.display())))?;
+            Some(
+                decode_secret(&text).map_err(|e| {
+                    ConfigError(format!("webhook secret file {}: {e}", path.display()))
+                })?,
+            )
+        }
+        (None, None) => None,
+    };
+    if secret.as_ref().is_some_and(|s| s.len() < 24) {
+        tracing::warn!(
+            "the webhook secret is shorter than 24 bytes; Standard Webhooks recommends 24 to 64 random bytes"
+        );
+    }
+    if secret.is_none() {
+        tracing::warn!(
+            "webhooks are sent unsigned: set LEADERD_WEBHOOK_SECRET or --webhook-secret-file"
+        );
+    }
+    let spec = WebhookSpec {
+        urls: config.webhook.urls.clone(),
+        secret,
+        id: config.id.clone(),
+        key: config.key.clone(),
+    };
+    Webhooks::new(spec).map(Some).map_err(Failure::Fatal)
 }
 
 /// The child to run, its program checked now: a typo is an error at start-up,

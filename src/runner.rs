@@ -83,8 +83,10 @@ pub async fn run(
                     Action::Acquire => drop(ops.send(Op::Acquire)),
                     Action::Renew => drop(ops.send(Op::Renew)),
                     Action::Release => drop(ops.send(Op::Release)),
-                    Action::StartWork { fencing_token } => work.start(fencing_token),
-                    Action::StopWork { kill_at } => work.stop(kill_at),
+                    Action::StartWork { fencing_token } => {
+                        work.start(fencing_token, tr.reason.as_str())
+                    }
+                    Action::StopWork { kill_at } => work.stop(kill_at, tr.reason.as_str()),
                     Action::Exit => exit = true,
                 }
             }

@@ -5,10 +5,12 @@
 //! - elect-only: no work; stopping completes at once.
 //! - child: a supervised command ([`child`]) in its own process group behind
 //!   a guard ([`guard`], [`process`]), so it never outlives the lease or leaderd.
+//! - webhooks ([`webhook`]): `elected` / `demoted`, alone or with a child.
 
 pub mod child;
 pub mod guard;
 pub mod process;
+pub mod webhook;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -37,37 +39,51 @@ enum Kind {
 
 pub struct Work {
     kind: Kind,
+    webhooks: Option<webhook::Webhooks>,
+    /// The fencing token of the term whose work is started and not yet stopped.
+    term: Option<u64>,
 }
 
-impl Work {
-    /// No work: the worker beside leaderd asks `/leader` instead.
-    pub fn elect_only() -> (Self, mpsc::UnboundedReceiver<WorkEvent>) {
-        let (events, rx) = mpsc::unbounded_channel();
-        let kind = Kind::ElectOnly {
-            events,
-            stop_reported: false,
-        };
-        (Work { kind }, rx)
-    }
+/// How long webhook deliveries may still run after the lease was released.
+const WEBHOOK_GRACE_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-    /// A supervised child command. Must be called inside the runtime, whose
-    /// thread then spawns the children (see `process` on parent-death signals).
-    pub fn child(spec: child::ChildSpec) -> (Self, mpsc::UnboundedReceiver<WorkEvent>) {
+impl Work {
+    /// The work: a supervised child if `child` is given, else elect-only (the
+    /// worker beside leaderd asks `/leader`); webhooks with either. Must be
+    /// called inside the runtime, whose thread then spawns the children (see
+    /// `process` on parent-death signals).
+    pub fn new(
+        child: Option<child::ChildSpec>,
+        webhooks: Option<webhook::Webhooks>,
+    ) -> (Self, mpsc::UnboundedReceiver<WorkEvent>) {
         let (events, rx) = mpsc::unbounded_channel();
-        let (commands, command_rx) = mpsc::unbounded_channel();
-        let supervisor = tokio::spawn(child::supervise(spec, command_rx, events));
-        (
-            Work {
-                kind: Kind::Child {
+        let kind = match child {
+            Some(spec) => {
+                let (commands, command_rx) = mpsc::unbounded_channel();
+                let supervisor = tokio::spawn(child::supervise(spec, command_rx, events));
+                Kind::Child {
                     commands,
                     supervisor,
-                },
+                }
+            }
+            None => Kind::ElectOnly {
+                events,
+                stop_reported: false,
             },
-            rx,
-        )
+        };
+        let work = Work {
+            kind,
+            webhooks,
+            term: None,
+        };
+        (work, rx)
     }
 
-    pub fn start(&mut self, fencing_token: u64) {
+    pub fn start(&mut self, fencing_token: u64, reason: &str) {
+        self.term = Some(fencing_token);
+        if let Some(hooks) = &self.webhooks {
+            hooks.notify("elected", fencing_token, reason);
+        }
         match &mut self.kind {
             Kind::ElectOnly { stop_reported, .. } => {
                 tracing::debug!(fencing_token, "elect-only: nothing to start");
@@ -81,7 +97,10 @@ impl Work {
 
     /// Stops the work; it must be dead by `kill_at`. Called again with a new
     /// `kill_at` when the lease's validity moves. Reports `Stopped` once.
-    pub fn stop(&mut self, kill_at: Instant) {
+    pub fn stop(&mut self, kill_at: Instant, reason: &str) {
+        if let (Some(fencing_token), Some(hooks)) = (self.term.take(), &self.webhooks) {
+            hooks.notify("demoted", fencing_token, reason);
+        }
         match &mut self.kind {
             Kind::ElectOnly {
                 events,
@@ -107,6 +126,9 @@ impl Work {
         {
             drop(commands);
             let _ = supervisor.await;
+        }
+        if let Some(hooks) = self.webhooks {
+            hooks.finish(WEBHOOK_GRACE_AT_EXIT).await;
         }
     }
 }
