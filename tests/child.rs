@@ -5,24 +5,11 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use support::{Leaderd, ProbeEvent, Redis, alive, eventually, probe_child, probe_events};
-
-const FAST: &[&str] = &[
-    "--ttl",
-    "2s",
-    "--redis-timeout",
-    "200ms",
-    "--retry-interval",
-    "300ms",
-];
+use support::{FAST, Leaderd, ProbeEvent, Redis, alive, eventually, probe_child, probe_events};
 
 fn with_child(redis: &Redis, key: &str, id: &str, opts: &[&str], child: &[&str]) -> Leaderd {
-    let url = redis.url();
-    let mut args = vec!["--redis", url.as_str(), "--key", key];
-    args.extend_from_slice(opts);
-    args.push("--");
-    args.extend_from_slice(child);
-    Leaderd::run(id, &args)
+    let args: Vec<&str> = opts.iter().chain(&["--"]).chain(child).copied().collect();
+    support::on_redis(redis, key, id, &args)
 }
 
 fn probe_log(name: &str) -> PathBuf {

@@ -5,23 +5,7 @@
 mod support;
 
 use std::time::{Duration, Instant};
-use support::{Leaderd, Redis, eventually};
-
-const FAST: &[&str] = &[
-    "--ttl",
-    "2s",
-    "--redis-timeout",
-    "200ms",
-    "--retry-interval",
-    "300ms",
-];
-
-fn start(redis: &Redis, key: &str, id: &str, extra: &[&str]) -> Leaderd {
-    let url = redis.url();
-    let mut args = vec!["--redis", url.as_str(), "--key", key];
-    args.extend_from_slice(extra);
-    Leaderd::run(id, &args)
-}
+use support::{FAST, Leaderd, Redis, eventually, on_redis as start};
 
 fn lease_key(key: &str) -> String {
     format!("leaderd:{{{key}}}:lease")

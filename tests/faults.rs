@@ -4,25 +4,14 @@
 mod support;
 
 use std::time::{Duration, Instant};
-use support::{Leaderd, Redis, eventually};
-
-// ttl 2s → renew every 666ms, renew deadline 1333ms.
-const FAST: &[&str] = &[
-    "--ttl",
-    "2s",
-    "--redis-timeout",
-    "200ms",
-    "--retry-interval",
-    "300ms",
-];
-const RENEW_DEADLINE: Duration = Duration::from_millis(1333);
+use support::{FAST, Leaderd, Redis, eventually, on_redis};
 
 fn start(redis: &Redis, key: &str, id: &str) -> Leaderd {
-    let url = redis.url();
-    let mut args = vec!["--redis", url.as_str(), "--key", key];
-    args.extend_from_slice(FAST);
-    Leaderd::run(id, &args)
+    on_redis(redis, key, id, FAST)
 }
+
+// ttl 2s → renew every 666ms, renew deadline 1333ms.
+const RENEW_DEADLINE: Duration = Duration::from_millis(1333);
 
 fn leaders(nodes: &[Leaderd]) -> usize {
     nodes.iter().filter(|n| n.is_leader()).count()

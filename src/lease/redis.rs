@@ -7,7 +7,9 @@
 use super::{Acquire, Error, Holder, Peek, Renew, new_token};
 use crate::config::RedisUrl;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use redis::{
+    AsyncConnectionConfig, ErrorKind, RedisError, Script, ScriptInvocation, ServerErrorKind, Value,
+};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -38,10 +40,7 @@ impl Scripts {
 }
 
 pub struct RedisLease {
-    client: redis::Client,
-    conn: Option<MultiplexedConnection>,
-    timeout: Duration,
-    url: String,
+    link: Link,
     lease_key: String,
     fence_key: String,
     channel: String,
@@ -52,8 +51,18 @@ pub struct RedisLease {
     /// Highest fencing token seen for this key: a floor for the next one, so
     /// tokens keep growing even if Redis forgot the counter.
     highest_fencing: u64,
-    timeouts_in_a_row: u32,
     scripts: Scripts,
+}
+
+/// The connection to Redis: made on demand, replaced when broken or when it
+/// keeps timing out.
+struct Link {
+    client: redis::Client,
+    conn: Option<MultiplexedConnection>,
+    timeout: Duration,
+    /// The URL with its password redacted, for messages.
+    url: String,
+    timeouts_in_a_row: u32,
 }
 
 /// The key names for an election (PRODUCT §5). The hash tag keeps them in one
@@ -80,10 +89,13 @@ impl RedisLease {
         })?;
         let (lease_key, fence_key, channel) = keys(key);
         Ok(RedisLease {
-            client,
-            conn: None,
-            timeout,
-            url: url.redacted().to_string(),
+            link: Link {
+                client,
+                conn: None,
+                timeout,
+                url: url.redacted().to_string(),
+                timeouts_in_a_row: 0,
+            },
             lease_key,
             fence_key,
             channel,
@@ -91,20 +103,19 @@ impl RedisLease {
             ttl_ms: ttl.as_millis() as u64,
             token: None,
             highest_fencing: 0,
-            timeouts_in_a_row: 0,
             scripts: Scripts::new(),
         })
     }
 
     pub fn describe(&self) -> String {
-        self.url.clone()
+        self.link.url.clone()
     }
 
     pub fn release_channel(&self) -> super::notify::ReleaseChannel {
         super::notify::ReleaseChannel {
-            client: self.client.clone(),
+            client: self.link.client.clone(),
             channel: self.channel.clone(),
-            timeout: self.timeout,
+            timeout: self.link.timeout,
         }
     }
 
@@ -117,16 +128,8 @@ impl RedisLease {
             .arg(&self.id_json)
             .arg(self.ttl_ms)
             .arg(self.highest_fencing);
-        let reply = run(
-            &mut self.conn,
-            &self.client,
-            self.timeout,
-            &self.url,
-            &mut self.timeouts_in_a_row,
-            |mut c| Box::pin(async move { call.invoke_async(&mut c).await }),
-        )
-        .await?;
-        match parse_reply(&reply, &self.url)? {
+        let reply = self.link.invoke(&call).await?;
+        match parse_reply(&reply, &self.link.url)? {
             Reply::Ours(fencing_token) => {
                 self.highest_fencing = self.highest_fencing.max(fencing_token);
                 Ok(Acquire::Won {
@@ -156,16 +159,8 @@ impl RedisLease {
         let sent_at = Instant::now();
         let mut call = self.scripts.renew.key(&self.lease_key);
         call.arg(&token).arg(self.ttl_ms);
-        let reply = run(
-            &mut self.conn,
-            &self.client,
-            self.timeout,
-            &self.url,
-            &mut self.timeouts_in_a_row,
-            |mut c| Box::pin(async move { call.invoke_async(&mut c).await }),
-        )
-        .await?;
-        match parse_reply(&reply, &self.url)? {
+        let reply = self.link.invoke(&call).await?;
+        match parse_reply(&reply, &self.link.url)? {
             Reply::Ours(_) => Ok(Renew::Renewed { sent_at }),
             Reply::Held(holder, _) => {
                 self.token = None;
@@ -181,40 +176,24 @@ impl RedisLease {
         };
         let mut call = self.scripts.release.key(&self.lease_key);
         call.arg(&token).arg(&self.channel);
-        let reply = run(
-            &mut self.conn,
-            &self.client,
-            self.timeout,
-            &self.url,
-            &mut self.timeouts_in_a_row,
-            |mut c| Box::pin(async move { call.invoke_async(&mut c).await }),
-        )
-        .await?;
+        let reply = self.link.invoke(&call).await?;
         self.token = None;
         match reply {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
-            other => Err(unexpected(&self.url, &other)),
+            other => Err(unexpected(&self.link.url, &other)),
         }
     }
 
     pub async fn peek(&mut self) -> Result<super::Peek, Error> {
         let call = self.scripts.peek.key(&self.lease_key);
-        let reply = run(
-            &mut self.conn,
-            &self.client,
-            self.timeout,
-            &self.url,
-            &mut self.timeouts_in_a_row,
-            |mut c| Box::pin(async move { call.invoke_async(&mut c).await }),
-        )
-        .await?;
-        match parse_reply(&reply, &self.url)? {
+        let reply = self.link.invoke(&call).await?;
+        match parse_reply(&reply, &self.link.url)? {
             Reply::Held(holder, expires_in) => {
                 self.observe(&holder);
                 Ok(Peek { holder, expires_in })
             }
-            Reply::Ours(_) => Err(unexpected(&self.url, &reply)),
+            Reply::Ours(_) => Err(unexpected(&self.link.url, &reply)),
         }
     }
 
@@ -225,74 +204,54 @@ impl RedisLease {
     }
 }
 
-type Call<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = redis::RedisResult<Value>> + Send + 'a>>;
-
-/// Runs one script call: connects if needed, bounds everything by `timeout`,
-/// classifies failures and drops a connection that is broken or keeps
-/// timing out, so the next call starts on a fresh one.
-async fn run<'a>(
-    conn: &mut Option<MultiplexedConnection>,
-    client: &redis::Client,
-    timeout: Duration,
-    url: &str,
-    timeouts_in_a_row: &mut u32,
-    call: impl FnOnce(MultiplexedConnection) -> Call<'a>,
-) -> Result<Value, Error> {
-    let deadline = Instant::now() + timeout;
-    if conn.is_none() {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout));
-        let connecting = client.get_multiplexed_async_connection_with_config(&config);
-        match tokio::time::timeout_at(deadline, connecting).await {
-            Ok(Ok(c)) => *conn = Some(c),
-            Ok(Err(e)) => return Err(classify(e, url, timeout)),
-            Err(_) => {
-                return Err(Error::Timeout {
-                    backend: url.to_string(),
-                    timeout,
-                });
+impl Link {
+    /// Runs one script call: connects if needed, bounds everything by the
+    /// timeout, classifies failures, and drops a connection that is broken
+    /// or keeps timing out so the next call starts on a fresh one.
+    async fn invoke(&mut self, call: &ScriptInvocation<'_>) -> Result<Value, Error> {
+        let deadline = Instant::now() + self.timeout;
+        let timed_out = || Error::Timeout {
+            backend: self.url.clone(),
+            timeout: self.timeout,
+        };
+        let mut conn = match self.conn.clone() {
+            Some(conn) => conn,
+            None => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout));
+                let connecting = self
+                    .client
+                    .get_multiplexed_async_connection_with_config(&config);
+                match tokio::time::timeout_at(deadline, connecting).await {
+                    Ok(Ok(conn)) => self.conn.insert(conn).clone(),
+                    Ok(Err(e)) => return Err(classify(e, &self.url, self.timeout)),
+                    Err(_) => return Err(timed_out()),
+                }
             }
+        };
+        let (result, timed_out_now, broken) =
+            match tokio::time::timeout_at(deadline, call.invoke_async(&mut conn)).await {
+                Ok(Ok(value)) => (Ok(value), false, false),
+                Ok(Err(e)) => {
+                    let broken =
+                        e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error();
+                    let timed_out = e.is_timeout();
+                    (Err(classify(e, &self.url, self.timeout)), timed_out, broken)
+                }
+                Err(_) => (Err(timed_out()), true, false),
+            };
+        self.timeouts_in_a_row = if timed_out_now {
+            self.timeouts_in_a_row + 1
+        } else {
+            0
+        };
+        if broken || self.timeouts_in_a_row >= REPLACE_AFTER_TIMEOUTS {
+            self.conn = None;
+            self.timeouts_in_a_row = 0;
         }
+        result
     }
-    // A multiplexed connection is a cheap handle; the call gets its own clone.
-    let c = conn.clone().expect("connected above");
-    let outcome = tokio::time::timeout_at(deadline, call(c)).await;
-    let (result, drop_conn) = match outcome {
-        Ok(Ok(value)) => {
-            *timeouts_in_a_row = 0;
-            (Ok(value), false)
-        }
-        Ok(Err(e)) => {
-            let dropped =
-                e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error();
-            let timed_out = e.is_timeout();
-            let err = classify(e, url, timeout);
-            if timed_out {
-                *timeouts_in_a_row += 1;
-            }
-            (
-                Err(err),
-                dropped || *timeouts_in_a_row >= REPLACE_AFTER_TIMEOUTS,
-            )
-        }
-        Err(_) => {
-            *timeouts_in_a_row += 1;
-            (
-                Err(Error::Timeout {
-                    backend: url.to_string(),
-                    timeout,
-                }),
-                *timeouts_in_a_row >= REPLACE_AFTER_TIMEOUTS,
-            )
-        }
-    };
-    if drop_conn {
-        *conn = None;
-        *timeouts_in_a_row = 0;
-    }
-    result
 }
 
 fn classify(e: RedisError, url: &str, timeout: Duration) -> Error {

@@ -61,12 +61,14 @@ impl Machine {
         to(next, &[Action::StopWork { kill_at }], reason)
     }
 
-    /// The next instant at which a [`Event::Tick`] may change something.
+    /// The next instant at which a [`Event::Tick`] may change something:
+    /// the next renewal try or the renew deadline while the lease is kept,
+    /// the end of a wait.
     pub fn next_deadline(&self, state: &State) -> Option<Instant> {
-        match state {
-            State::Working { lease } => Some(self.renew_due(lease)),
+        let (lease, next_try) = match state {
+            State::Working { lease } => (lease, Some(self.renew_due(lease))),
             State::Renewing { lease, renewal } => {
-                Some(self.renewal_deadline(lease, renewal, self.renew_deadline(lease)))
+                (lease, renewal.retry_at.filter(|_| !renewal.in_flight))
             }
             State::Pausing {
                 lease: Some(lease),
@@ -74,25 +76,14 @@ impl Machine {
                 after: AfterPause::Release { exit: true },
                 ..
             } => {
-                let next_try = if renewal.in_flight {
-                    None
-                } else {
-                    Some(renewal.retry_at.unwrap_or(self.renew_due(lease)))
-                };
-                Some(next_try.map_or(self.renew_deadline(lease), |t| {
-                    t.min(self.renew_deadline(lease))
-                }))
+                let next_try = renewal.retry_at.unwrap_or(self.renew_due(lease));
+                (lease, Some(next_try).filter(|_| !renewal.in_flight))
             }
-            State::Waiting { until } => Some(*until),
-            _ => None,
-        }
-    }
-
-    fn renewal_deadline(&self, _lease: &Lease, renewal: &Renewal, deadline: Instant) -> Instant {
-        match (renewal.in_flight, renewal.retry_at) {
-            (false, Some(retry)) => retry.min(deadline),
-            _ => deadline,
-        }
+            State::Waiting { until } => return Some(*until),
+            _ => return None,
+        };
+        let deadline = self.renew_deadline(lease);
+        Some(next_try.map_or(deadline, |t| t.min(deadline)))
     }
 
     /// The transition for `event` in `state` at `now`. Never panics; an event
@@ -166,50 +157,20 @@ impl Machine {
                 Reason::BackendError,
             ),
 
-            (S::Working { lease }, E::Tick) => {
-                if now >= self.renew_deadline(&lease) {
-                    self.pause(
-                        Some(lease),
-                        Renewal::IDLE,
-                        AfterPause::Release { exit: false },
-                        Reason::RenewDeadlinePassed,
-                        now,
-                    )
-                } else if now >= self.renew_due(&lease) {
-                    to(
-                        S::Renewing {
-                            lease,
-                            renewal: Renewal::IN_FLIGHT,
-                        },
-                        &[Action::Renew],
-                        Reason::RenewDue,
-                    )
-                } else {
-                    stay(state)
-                }
-            }
-
+            (S::Working { lease }, E::Tick) => self.tick_leading(
+                state,
+                lease,
+                Renewal::IDLE,
+                Some(self.renew_due(&lease)),
+                now,
+            ),
             (S::Renewing { lease, renewal }, E::Tick) => {
-                if now >= self.renew_deadline(&lease) {
-                    self.pause(
-                        Some(lease),
-                        renewal,
-                        AfterPause::Release { exit: false },
-                        Reason::RenewDeadlinePassed,
-                        now,
-                    )
-                } else if !renewal.in_flight && renewal.retry_at.is_some_and(|t| now >= t) {
-                    to(
-                        S::Renewing {
-                            lease,
-                            renewal: Renewal::IN_FLIGHT,
-                        },
-                        &[Action::Renew],
-                        Reason::RenewDue,
-                    )
+                let next_try = if renewal.in_flight {
+                    None
                 } else {
-                    stay(state)
-                }
+                    renewal.retry_at
+                };
+                self.tick_leading(state, lease, renewal, next_try, now)
             }
             (S::Renewing { lease, renewal }, E::Renewed { sent_at }) if renewal.in_flight => {
                 let lease = Lease {
@@ -367,6 +328,36 @@ impl Machine {
             }
             (Event::Lost, _) => to(with(None, Renewal::IDLE, kill_at), &[], Reason::LeaseLost),
             _ => stay(state),
+        }
+    }
+
+    /// A timer while leading: step down at the renew deadline, else renew
+    /// when the next try is due.
+    fn tick_leading(
+        &self,
+        state: &State,
+        lease: Lease,
+        renewal: Renewal,
+        next_try: Option<Instant>,
+        now: Instant,
+    ) -> Transition {
+        if now >= self.renew_deadline(&lease) {
+            let after = AfterPause::Release { exit: false };
+            self.pause(
+                Some(lease),
+                renewal,
+                after,
+                Reason::RenewDeadlinePassed,
+                now,
+            )
+        } else if next_try.is_some_and(|t| now >= t) {
+            let renewing = State::Renewing {
+                lease,
+                renewal: Renewal::IN_FLIGHT,
+            };
+            to(renewing, &[Action::Renew], Reason::RenewDue)
+        } else {
+            stay(state)
         }
     }
 

@@ -161,6 +161,24 @@ impl Drop for Redis {
     }
 }
 
+/// Short timing for tests: ttl 2s → renew every 666ms, renew deadline 1333ms.
+pub const FAST: &[&str] = &[
+    "--ttl",
+    "2s",
+    "--redis-timeout",
+    "200ms",
+    "--retry-interval",
+    "300ms",
+];
+
+/// `leaderd run --redis URL --key KEY --id ID EXTRA...` against `redis`.
+pub fn on_redis(redis: &Redis, key: &str, id: &str, extra: &[&str]) -> Leaderd {
+    let url = redis.url();
+    let mut args = vec!["--redis", url.as_str(), "--key", key];
+    args.extend_from_slice(extra);
+    Leaderd::run(id, &args)
+}
+
 /// A `leaderd` process with its stderr collected line by line.
 pub struct Leaderd {
     pub id: String,
@@ -338,8 +356,8 @@ pub fn key(name: &str) -> String {
     format!("t-{name}")
 }
 
-/// The probe child (`examples/probe_child.rs`), built by `cargo test` next to
-/// the test binaries.
+/// The probe child (`examples/probe_child.rs`), built by `scripts/test` with
+/// `cargo build --examples` into `target/<profile>/examples/`.
 pub fn probe_child() -> String {
     let exe = std::env::current_exe().expect("test binary path");
     let debug = exe
@@ -349,7 +367,7 @@ pub fn probe_child() -> String {
     let probe = debug.join("examples").join("probe_child");
     assert!(
         probe.exists(),
-        "{} missing: run the tests with `cargo test --all-targets` (scripts/test)",
+        "{} missing: run the tests with scripts/test, or `cargo build --examples` first",
         probe.display()
     );
     probe.to_str().expect("utf-8 path").to_string()
