@@ -222,11 +222,7 @@ fn absorb(
                 holder = holder.as_ref().and_then(|h| h.id.as_deref()),
                 "lease lost: the key no longer holds our token"
             );
-            let had_holder = holder.is_some();
             observe(holder, None);
-            if !had_holder {
-                status.send_modify(|s| s.observed = None);
-            }
             Event::Lost
         }
         Report::Renew(Err(e)) => {

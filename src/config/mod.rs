@@ -9,6 +9,7 @@
 
 mod file;
 mod resolve;
+mod sections;
 #[cfg(test)]
 mod tests;
 mod values;
