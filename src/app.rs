@@ -3,6 +3,7 @@
 
 use crate::config::{BackendConfig, Config, ConfigError};
 use crate::lease::{self, Backend, Peek};
+use crate::metrics::Metrics;
 use crate::status::Snapshot;
 use crate::work::Work;
 use crate::work::child::ChildSpec;
@@ -10,7 +11,8 @@ use crate::work::process;
 use crate::work::webhook::{WebhookSpec, Webhooks, decode_secret};
 use crate::{http, runner, shutdown};
 use std::process::ExitCode;
-use tokio::sync::watch;
+use std::sync::Arc;
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 /// A failed command: what to print and which exit code to use.
@@ -43,8 +45,9 @@ fn backend(config: &Config) -> Result<Backend, Failure> {
 
 /// `leaderd run`: campaign until SIGTERM/SIGINT, then release and return.
 pub async fn run(config: Config) -> Result<ExitCode, Failure> {
+    let metrics = Arc::new(Metrics::new(&config.key));
     let child = child_spec(&config)?;
-    let webhooks = webhooks(&config)?;
+    let webhooks = webhooks(&config, &metrics)?;
     let shutdown = shutdown::install()
         .map_err(|e| Failure::Fatal(format!("cannot install signal handlers: {e}")))?;
     if let BackendConfig::LockFile {
@@ -59,6 +62,8 @@ pub async fn run(config: Config) -> Result<ExitCode, Failure> {
     }
     let backend = backend(&config)?;
     let (status_tx, status_rx) = watch::channel(Snapshot::new());
+    // Enough for a burst of transitions; a subscriber that lags skips ahead.
+    let (changes, _) = broadcast::channel(64);
     let http_stop = CancellationToken::new();
     let server = match config.http {
         Some(addr) => {
@@ -69,15 +74,14 @@ pub async fn run(config: Config) -> Result<ExitCode, Failure> {
             })?;
             let bound = listener.local_addr().map_or(addr, |a| a);
             tracing::info!(address = %bound, "HTTP API listening");
-            let app = http::router(&config.id, &config.key, status_rx);
-            let stop = http_stop.clone();
-            Some(tokio::spawn(async move {
-                let serve =
-                    axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned());
-                if let Err(e) = serve.await {
-                    tracing::error!(error = %e, "HTTP server failed");
-                }
-            }))
+            let app = http::router(http::HttpContext {
+                id: config.id.clone(),
+                key: config.key.clone(),
+                status: status_rx,
+                changes: changes.clone(),
+                metrics: metrics.clone(),
+            });
+            Some(tokio::spawn(http::serve(listener, app, http_stop.clone())))
         }
         None => None,
     };
@@ -90,8 +94,13 @@ pub async fn run(config: Config) -> Result<ExitCode, Failure> {
         renew_deadline = ?config.timing.renew_deadline,
         "leaderd starting"
     );
-    let (work, work_events) = Work::new(child, webhooks);
-    let child_code = runner::run(&config, backend, work, work_events, status_tx, shutdown).await;
+    let (work, work_events) = Work::new(child, webhooks, metrics.clone());
+    let outputs = runner::Outputs {
+        status: status_tx,
+        changes,
+        metrics,
+    };
+    let child_code = runner::run(&config, backend, work, work_events, outputs, shutdown).await;
     http_stop.cancel();
     if let Some(server) = server {
         let _ = server.await;
@@ -112,7 +121,7 @@ pub async fn run(config: Config) -> Result<ExitCode, Failure> {
 }
 
 /// The webhooks, with the signing secret read and decoded now.
-fn webhooks(config: &Config) -> Result<Option<Webhooks>, Failure> {
+fn webhooks(config: &Config, metrics: &Arc<Metrics>) -> Result<Option<Webhooks>, Failure> {
     if config.webhook.urls.is_empty() {
         return Ok(None);
     }
@@ -148,7 +157,9 @@ fn webhooks(config: &Config) -> Result<Option<Webhooks>, Failure> {
         id: config.id.clone(),
         key: config.key.clone(),
     };
-    Webhooks::new(spec).map(Some).map_err(Failure::Fatal)
+    Webhooks::new(spec, metrics.clone())
+        .map(Some)
+        .map_err(Failure::Fatal)
 }
 
 /// The child to run, its program checked now: a typo is an error at start-up,

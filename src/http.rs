@@ -1,40 +1,71 @@
-//! The HTTP API (PRODUCT §7): `/leader`, `/healthz`, `/readyz`. Handlers only
-//! read the published snapshot, so no request can slow the renewal loop.
-//! Methods other than GET/HEAD get 405 with an `Allow` header (axum's method
-//! router does that).
+//! The HTTP API (PRODUCT §7): `/leader`, `/leader/events`, `/healthz`,
+//! `/readyz`, `/metrics`, and the Kubernetes leader-elector's `/` and
+//! `/isLeader`. Handlers only read the published snapshot, so no request can
+//! slow the renewal loop. Only GET and HEAD are routed; anything else is 405
+//! with `Allow` (axum's method router).
+//!
+//! [`serve`] is hardened for a sidecar port: a header-read timeout (a client
+//! that sends nothing is dropped), a cap on header size, and a cap on open
+//! connections.
 
-use crate::status::Snapshot;
-use axum::extract::State;
-use axum::http::StatusCode;
+use crate::metrics::Metrics;
+use crate::status::{Change, Snapshot};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use futures_util::{Stream, StreamExt, stream};
+use std::convert::Infallible;
 use std::sync::Arc;
-use tokio::sync::watch;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, broadcast, watch};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-struct Shared {
-    id: String,
-    key: String,
-    status: watch::Receiver<Snapshot>,
+/// A client must send its request headers within this long of connecting.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Request line plus headers; leaderd's API needs a fraction of this.
+const MAX_HEADER_BYTES: usize = 16 * 1024;
+/// Open connections at once (SSE subscribers included); more are closed at once.
+const MAX_CONNECTIONS: usize = 256;
+/// On shutdown, how long open connections (SSE streams) get to finish.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// What the handlers read.
+pub struct HttpContext {
+    pub id: String,
+    pub key: String,
+    pub status: watch::Receiver<Snapshot>,
+    pub changes: broadcast::Sender<Change>,
+    pub metrics: Arc<Metrics>,
 }
 
 /// The router, testable with `tower::ServiceExt::oneshot`.
-pub fn router(id: &str, key: &str, status: watch::Receiver<Snapshot>) -> Router {
-    let shared = Arc::new(Shared {
-        id: id.to_string(),
-        key: key.to_string(),
-        status,
-    });
+pub fn router(ctx: HttpContext) -> Router {
     Router::new()
         .route("/leader", get(leader))
+        .route("/leader/events", get(events))
+        .route("/", get(compat_name))
+        .route("/isLeader", get(compat_is_leader))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(shared)
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(1024))
+        .with_state(Arc::new(ctx))
 }
 
-async fn leader(State(s): State<Arc<Shared>>) -> Response {
-    let view = s.status.borrow().leader_view(&s.id, &s.key, Instant::now());
+type Ctx = State<Arc<HttpContext>>;
+
+fn view(s: &HttpContext) -> crate::status::LeaderView {
+    s.status.borrow().leader_view(&s.id, &s.key, Instant::now())
+}
+
+async fn leader(State(s): Ctx) -> Response {
+    let view = view(&s);
     let code = if view.is_leader {
         StatusCode::OK
     } else {
@@ -43,8 +74,44 @@ async fn leader(State(s): State<Arc<Shared>>) -> Response {
     (code, Json(view)).into_response()
 }
 
+/// Server-Sent Events: the current state first (`event: state`), then one
+/// `event: transition` per state change.
+async fn events(State(s): Ctx) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let changes = s.changes.subscribe();
+    let initial = Change::now(&view(&s), None, None);
+    let first = stream::once(async move { Ok(sse_event("state", &initial)) });
+    let rest = stream::unfold(changes, |mut changes| async move {
+        loop {
+            match changes.recv().await {
+                Ok(change) => return Some((Ok(sse_event("transition", &change)), changes)),
+                // A slow reader missed some; carry on with the next.
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    Sse::new(first.chain(rest)).keep_alive(KeepAlive::default())
+}
+
+fn sse_event(name: &str, change: &Change) -> SseEvent {
+    SseEvent::default()
+        .event(name)
+        .data(serde_json::to_string(change).expect("plain struct serialises"))
+}
+
+/// Kubernetes leader-elector compatible: `{"name": "<holder id>"}`.
+async fn compat_name(State(s): Ctx) -> Response {
+    let name = view(&s).leader.unwrap_or_default();
+    Json(serde_json::json!({ "name": name })).into_response()
+}
+
+/// Kubernetes leader-elector compatible: `{"isLeader": bool}`.
+async fn compat_is_leader(State(s): Ctx) -> Response {
+    Json(serde_json::json!({ "isLeader": view(&s).is_leader })).into_response()
+}
+
 /// Alive while the control loop is: the runner holds the sending side.
-async fn healthz(State(s): State<Arc<Shared>>) -> Response {
+async fn healthz(State(s): Ctx) -> Response {
     if s.status.has_changed().is_ok() {
         (StatusCode::OK, "ok\n").into_response()
     } else {
@@ -53,7 +120,7 @@ async fn healthz(State(s): State<Arc<Shared>>) -> Response {
 }
 
 /// Ready once started, not ready from the moment shutdown begins.
-async fn readyz(State(s): State<Arc<Shared>>) -> Response {
+async fn readyz(State(s): Ctx) -> Response {
     let snap = s.status.borrow();
     if snap.shutting_down {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
@@ -62,6 +129,56 @@ async fn readyz(State(s): State<Arc<Shared>>) -> Response {
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response()
     }
+}
+
+async fn metrics(State(s): Ctx) -> Response {
+    let body = s.metrics.render(&view(&s));
+    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// Serves `app` on `listener` until `stop`, with the limits above.
+pub async fn serve(listener: TcpListener, app: Router, stop: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => accepted,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let Ok((stream, _)) = accepted else { continue };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(
+                limit = MAX_CONNECTIONS,
+                "HTTP connection limit reached; closing a new connection"
+            );
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let stop = stop.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .max_buf_size(MAX_HEADER_BYTES)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(CLOSE_GRACE, conn).await;
+                }
+            }
+        });
+    }
+    let _ = tokio::time::timeout(CLOSE_GRACE * 2, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    connections.abort_all();
 }
 
 #[cfg(test)]
@@ -73,6 +190,16 @@ mod tests {
     use axum::http::{Method, Request};
     use std::time::Duration;
     use tower::ServiceExt;
+
+    fn router(id: &str, key: &str, status: watch::Receiver<Snapshot>) -> Router {
+        super::router(HttpContext {
+            id: id.into(),
+            key: key.into(),
+            status,
+            changes: broadcast::channel(8).0,
+            metrics: Arc::new(Metrics::new(key)),
+        })
+    }
 
     async fn call(app: Router, method: Method, path: &str) -> (StatusCode, String, Option<String>) {
         let request = Request::builder()
@@ -177,6 +304,65 @@ mod tests {
         assert_eq!(
             call(app, Method::GET, "/healthz").await.0,
             StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+
+    #[tokio::test]
+    async fn leader_elector_compatible_endpoints() {
+        let (_tx, rx) = watch::channel(leading());
+        let app = router("me", "jobs", rx);
+        let (code, body, _) = call(app.clone(), Method::GET, "/").await;
+        assert_eq!((code, body.as_str()), (StatusCode::OK, r#"{"name":"me"}"#));
+        let (code, body, _) = call(app, Method::GET, "/isLeader").await;
+        assert_eq!(
+            (code, body.as_str()),
+            (StatusCode::OK, r#"{"isLeader":true}"#)
+        );
+        let (_tx, rx) = watch::channel(Snapshot::new());
+        let standby = router("me", "jobs", rx);
+        assert_eq!(
+            call(standby.clone(), Method::GET, "/").await.1,
+            r#"{"name":""}"#
+        );
+        assert_eq!(
+            call(standby, Method::GET, "/isLeader").await.1,
+            r#"{"isLeader":false}"#
+        );
+    }
+
+    #[tokio::test]
+    async fn metrics_agree_with_leader() {
+        let (_tx, rx) = watch::channel(leading());
+        let (code, body, _) = call(router("me", "jobs", rx), Method::GET, "/metrics").await;
+        assert_eq!(code, StatusCode::OK);
+        for line in [
+            "leaderd_is_leader 1",
+            "leaderd_fencing_token 42",
+            "leader_election_master_status{name=\"jobs\"} 1",
+            "leaderd_state{state=\"idle\"} 1",
+        ] {
+            assert!(body.contains(line), "missing {line:?} in\n{body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn events_stream_starts_with_the_current_state() {
+        let (_tx, rx) = watch::channel(leading());
+        let request = Request::builder()
+            .uri("/leader/events")
+            .body(Body::empty())
+            .unwrap();
+        let response = router("me", "jobs", rx).oneshot(request).await.unwrap();
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        let mut body = response.into_body().into_data_stream();
+        let first = futures_util::StreamExt::next(&mut body)
+            .await
+            .unwrap()
+            .unwrap();
+        let text = String::from_utf8(first.to_vec()).unwrap();
+        assert!(
+            text.starts_with("event: state\ndata: {") && text.contains("\"state\":\"working\""),
+            "{text}"
         );
     }
 }

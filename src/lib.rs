@@ -8,7 +8,8 @@
 //!   lease rules of [`timing`]. No I/O.
 //! - [`runner`]: the one async loop that feeds the machine events and performs
 //!   its actions against [`lease`] (Redis or lock file) and [`work`].
-//! - [`status`]: the snapshot the runner publishes; [`http`] serves it.
+//! - [`status`]: the snapshot the runner publishes; [`http`] serves it, with
+//!   [`metrics`].
 //! - [`shutdown`]: signals → one cancellation token; [`telemetry`]: logs.
 
 pub mod app;
@@ -17,6 +18,7 @@ pub mod config;
 pub mod http;
 pub mod lease;
 pub mod machine;
+pub mod metrics;
 pub mod runner;
 pub mod shutdown;
 pub mod status;

@@ -6,10 +6,12 @@
 use crate::config::Config;
 use crate::lease::{self, Acquire, Backend, Holder, Renew};
 use crate::machine::{Action, Event, Machine, State, StateName};
-use crate::status::{HeldLease, Observed, Snapshot};
+use crate::metrics::Metrics;
+use crate::status::{Change, HeldLease, Observed, Snapshot};
 use crate::work::{Work, WorkEvent};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -26,6 +28,14 @@ enum Report {
     Release(Result<bool, lease::Error>),
 }
 
+/// Where the runner reports what happens: the snapshot `/leader` reads, the
+/// change stream `/leader/events` relays, and the metrics.
+pub struct Outputs {
+    pub status: watch::Sender<Snapshot>,
+    pub changes: broadcast::Sender<Change>,
+    pub metrics: Arc<Metrics>,
+}
+
 /// Who we are, for log lines.
 struct Ident<'a> {
     id: &'a str,
@@ -39,9 +49,14 @@ pub async fn run(
     backend: Backend,
     mut work: Work,
     mut work_events: mpsc::UnboundedReceiver<WorkEvent>,
-    status: watch::Sender<Snapshot>,
+    outputs: Outputs,
     shutdown: CancellationToken,
 ) -> Option<i32> {
+    let Outputs {
+        status,
+        changes,
+        metrics,
+    } = outputs;
     let machine = Machine {
         timing: config.timing,
         stop_timeout: config.child.stop_timeout,
@@ -62,7 +77,7 @@ pub async fn run(
             stop_watching.clone(),
         )
     });
-    let worker = tokio::spawn(lease_worker(backend, op_rx, report_tx));
+    let worker = tokio::spawn(lease_worker(backend, op_rx, report_tx, metrics.clone()));
     let mut errors = ErrorLog::default();
     let mut state = State::Idle;
     let mut exit = false;
@@ -73,11 +88,19 @@ pub async fn run(
     while !exit {
         if let Some(event) = next.take() {
             let tr = machine.step(&state, event, Instant::now());
-            if tr.next.name() != state.name() {
+            let from = state.name();
+            if tr.next.name() != from {
                 log_transition(&ident, &state, &tr.next, tr.reason.as_str());
+                metrics.transition(from, tr.next.name());
             }
             state = tr.next;
             publish(&status, &machine, &state);
+            if state.name() != from {
+                let view = status
+                    .borrow()
+                    .leader_view(ident.id, ident.key, Instant::now());
+                let _ = changes.send(Change::now(&view, Some(from), Some(tr.reason.as_str())));
+            }
             for action in tr.actions {
                 match action {
                     Action::Acquire => drop(ops.send(Op::Acquire)),
@@ -147,8 +170,10 @@ async fn lease_worker(
     mut backend: Backend,
     mut ops: mpsc::UnboundedReceiver<Op>,
     reports: mpsc::UnboundedSender<Report>,
+    metrics: Arc<Metrics>,
 ) {
     while let Some(op) = ops.recv().await {
+        let started = Instant::now();
         let report = match op {
             Op::Acquire => Report::Acquire(backend.acquire().await),
             Op::Renew => Report::Renew(backend.renew().await),
@@ -165,8 +190,33 @@ async fn lease_worker(
                 Report::Release(result)
             }
         };
+        let (name, result) = report.outcome();
+        metrics.lease_op(name, result, started.elapsed());
         if reports.send(report).is_err() {
             break;
+        }
+    }
+}
+
+impl Report {
+    /// The operation and its result, as metric labels.
+    fn outcome(&self) -> (&'static str, &'static str) {
+        fn failed(e: &lease::Error) -> &'static str {
+            match e {
+                lease::Error::Timeout { .. } => "timeout",
+                _ => "error",
+            }
+        }
+        match self {
+            Report::Acquire(Ok(Acquire::Won { .. })) => ("acquire", "ok"),
+            Report::Acquire(Ok(Acquire::Held { .. })) => ("acquire", "held"),
+            Report::Acquire(Err(e)) => ("acquire", failed(e)),
+            Report::Renew(Ok(Renew::Renewed { .. })) => ("renew", "ok"),
+            Report::Renew(Ok(Renew::Lost { .. })) => ("renew", "lost"),
+            Report::Renew(Err(e)) => ("renew", failed(e)),
+            Report::Release(Ok(true)) => ("release", "ok"),
+            Report::Release(Ok(false)) => ("release", "lost"),
+            Report::Release(Err(e)) => ("release", failed(e)),
         }
     }
 }

@@ -105,6 +105,33 @@ pub struct LeaderView {
     pub leader_observed_ms_ago: Option<u64>,
 }
 
+/// One entry of the `/leader/events` stream: a transition (`from`, `reason`)
+/// or, first, the current state.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Change {
+    pub from: Option<&'static str>,
+    pub state: &'static str,
+    pub reason: Option<&'static str>,
+    pub is_leader: bool,
+    pub leader: Option<String>,
+    pub fencing_token: Option<u64>,
+    pub at: String,
+}
+
+impl Change {
+    pub fn now(view: &LeaderView, from: Option<StateName>, reason: Option<&'static str>) -> Change {
+        Change {
+            from: from.map(StateName::as_str),
+            state: view.state,
+            reason,
+            is_leader: view.is_leader,
+            leader: view.leader.clone(),
+            fencing_token: view.fencing_token,
+            at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,9 @@
 use super::WorkEvent;
 use super::process::{self, Group, Spec};
 use crate::config::{OnChildExit, Signal};
+use crate::metrics::Metrics;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
@@ -67,6 +69,7 @@ enum Phase {
 
 struct Supervisor {
     spec: ChildSpec,
+    metrics: Arc<Metrics>,
     events: mpsc::UnboundedSender<WorkEvent>,
     phase: Phase,
     restarts: u32,
@@ -77,6 +80,7 @@ pub async fn supervise(
     spec: ChildSpec,
     mut commands: mpsc::UnboundedReceiver<Command>,
     events: mpsc::UnboundedSender<WorkEvent>,
+    metrics: Arc<Metrics>,
 ) {
     process::become_subreaper();
     let (Ok(mut chld), Ok(mut hup), Ok(mut usr1), Ok(mut usr2)) = (
@@ -90,6 +94,7 @@ pub async fn supervise(
     };
     let mut s = Supervisor {
         spec,
+        metrics,
         events,
         phase: Phase::Idle,
         restarts: 0,
@@ -244,6 +249,7 @@ impl Supervisor {
                 } if group.child == pid => {
                     let (started, fencing_token) = (*started, *fencing_token);
                     tracing::info!(pid, code, "child exited");
+                    self.metrics.child_exited();
                     let Phase::Running { group, .. } =
                         std::mem::replace(&mut self.phase, Phase::Idle)
                     else {
@@ -264,6 +270,7 @@ impl Supervisor {
                     group, child_alive, ..
                 } if group.child == pid => {
                     tracing::info!(pid, code, "child stopped");
+                    self.metrics.child_exited();
                     *child_alive = false;
                 }
                 _ => tracing::debug!(pid, code, "reaped a descendant"),

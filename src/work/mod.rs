@@ -12,6 +12,8 @@ pub mod guard;
 pub mod process;
 pub mod webhook;
 
+use crate::metrics::Metrics;
+use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -55,12 +57,13 @@ impl Work {
     pub fn new(
         child: Option<child::ChildSpec>,
         webhooks: Option<webhook::Webhooks>,
+        metrics: Arc<Metrics>,
     ) -> (Self, mpsc::UnboundedReceiver<WorkEvent>) {
         let (events, rx) = mpsc::unbounded_channel();
         let kind = match child {
             Some(spec) => {
                 let (commands, command_rx) = mpsc::unbounded_channel();
-                let supervisor = tokio::spawn(child::supervise(spec, command_rx, events));
+                let supervisor = tokio::spawn(child::supervise(spec, command_rx, events, metrics));
                 Kind::Child {
                     commands,
                     supervisor,

@@ -3,6 +3,7 @@
 //! when a secret is set. Deliveries run on their own tasks with a bounded
 //! timeout and retries, so they never delay renewal or stopping.
 
+use crate::metrics::Metrics;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use hmac::{Hmac, KeyInit, Mac};
@@ -70,7 +71,7 @@ pub fn sign(secret: &[u8], msg_id: &str, timestamp: u64, body: &[u8]) -> String 
 }
 
 impl Webhooks {
-    pub fn new(spec: WebhookSpec) -> Result<Self, String> {
+    pub fn new(spec: WebhookSpec, metrics: Arc<Metrics>) -> Result<Self, String> {
         // reqwest is built without a default TLS crypto provider (its default,
         // aws-lc, needs a C toolchain and cmake); use ring. Err means one is
         // already installed, which is fine.
@@ -83,7 +84,7 @@ impl Webhooks {
             .build()
             .map_err(|e| format!("cannot build the webhook HTTP client: {e}"))?;
         let (notices, rx) = mpsc::unbounded_channel();
-        let dispatcher = tokio::spawn(dispatch(Arc::new(spec), client, rx));
+        let dispatcher = tokio::spawn(dispatch(Arc::new(spec), client, rx, metrics));
         Ok(Webhooks {
             notices,
             dispatcher,
@@ -115,6 +116,7 @@ async fn dispatch(
     spec: Arc<WebhookSpec>,
     client: reqwest::Client,
     mut notices: mpsc::UnboundedReceiver<Notice>,
+    metrics: Arc<Metrics>,
 ) {
     let mut deliveries = JoinSet::new();
     loop {
@@ -132,7 +134,7 @@ async fn dispatch(
                     let body: Arc<[u8]> = serde_json::to_vec(&payload).expect("plain struct serialises").into();
                     let msg_id = format!("msg_{}", crate::lease::new_token());
                     for url in spec.urls.clone() {
-                        deliveries.spawn(deliver(spec.clone(), client.clone(), url, notice.event, msg_id.clone(), body.clone()));
+                        deliveries.spawn(deliver(spec.clone(), client.clone(), url, notice.event, msg_id.clone(), body.clone(), metrics.clone()));
                     }
                 }
                 None => break,
@@ -150,6 +152,7 @@ async fn deliver(
     event: &'static str,
     msg_id: String,
     body: Arc<[u8]>,
+    metrics: Arc<Metrics>,
 ) {
     let shown = crate::config::redact_url(url.as_str());
     let mut delay = FIRST_RETRY;
@@ -177,6 +180,7 @@ async fn deliver(
         match outcome {
             Ok(()) => {
                 tracing::info!(event, url = %shown, attempt, "webhook delivered");
+                metrics.webhook(event, "delivered");
                 return;
             }
             Err((retry, why)) if retry && attempt < ATTEMPTS => {
@@ -186,6 +190,7 @@ async fn deliver(
             }
             Err((_, why)) => {
                 tracing::warn!(event, url = %shown, attempts = attempt, error = %why, "webhook not delivered");
+                metrics.webhook(event, "failed");
                 return;
             }
         }

@@ -1,0 +1,225 @@
+//! Every metric leaderd exports (PRODUCT §7), in one place, in Prometheus /
+//! OpenMetrics text via `prometheus-client`.
+//!
+//! Counters and the histogram are updated where things happen (runner, lease
+//! worker, child supervisor, webhooks). The gauges that say who leads are set
+//! from the live snapshot at scrape time, so `/metrics` agrees with `/leader`
+//! and never reports a lease whose validity has ended.
+
+use crate::machine::StateName;
+use crate::status::LeaderView;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransitionLabels {
+    from: &'static str,
+    to: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    op: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabel {
+    op: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookLabels {
+    event: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NameLabel {
+    name: String,
+}
+
+/// Lease operation latency buckets: 0.5 ms … 4 s, covering a local Redis up
+/// to the longest sensible timeout.
+fn latency_histogram() -> Histogram {
+    Histogram::new([
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0,
+    ])
+}
+
+pub struct Metrics {
+    registry: Registry,
+    key: String,
+    is_leader: Gauge,
+    state: Family<StateLabel, Gauge>,
+    transitions: Family<TransitionLabels, Counter>,
+    lease_ops: Family<OpLabels, Counter>,
+    lease_op_seconds: Family<OpLabel, Histogram, fn() -> Histogram>,
+    fencing_token: Gauge<u64, AtomicU64>,
+    leadership_changes: Counter,
+    child_starts: Counter,
+    child_exits: Counter,
+    webhook_deliveries: Family<WebhookLabels, Counter>,
+    master_status: Family<NameLabel, Gauge>,
+}
+
+impl Metrics {
+    pub fn new(key: &str) -> Metrics {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            key: key.to_string(),
+            is_leader: Gauge::default(),
+            state: Family::default(),
+            transitions: Family::default(),
+            lease_ops: Family::default(),
+            lease_op_seconds: Family::new_with_constructor(latency_histogram),
+            fencing_token: Gauge::default(),
+            leadership_changes: Counter::default(),
+            child_starts: Counter::default(),
+            child_exits: Counter::default(),
+            webhook_deliveries: Family::default(),
+            master_status: Family::default(),
+            registry: Registry::default(),
+        };
+        // prometheus-client adds `_total` to counter names.
+        registry.register(
+            "leaderd_is_leader",
+            "1 while this instance holds a valid lease",
+            m.is_leader.clone(),
+        );
+        registry.register(
+            "leaderd_state",
+            "1 for the current state of the election state machine",
+            m.state.clone(),
+        );
+        registry.register(
+            "leaderd_transitions",
+            "State machine transitions",
+            m.transitions.clone(),
+        );
+        registry.register(
+            "leaderd_lease_operations",
+            "Lease operations by result",
+            m.lease_ops.clone(),
+        );
+        registry.register(
+            "leaderd_lease_operation_duration_seconds",
+            "Lease operation latency",
+            m.lease_op_seconds.clone(),
+        );
+        registry.register(
+            "leaderd_fencing_token",
+            "Fencing token of the current lease holder, as /leader reports it",
+            m.fencing_token.clone(),
+        );
+        registry.register(
+            "leaderd_leadership_changes",
+            "Times this instance started or stopped leading",
+            m.leadership_changes.clone(),
+        );
+        registry.register(
+            "leaderd_child_starts",
+            "Child processes started",
+            m.child_starts.clone(),
+        );
+        registry.register(
+            "leaderd_child_exits",
+            "Child processes that exited or were stopped",
+            m.child_exits.clone(),
+        );
+        registry.register(
+            "leaderd_webhook_deliveries",
+            "Webhook deliveries by event and result",
+            m.webhook_deliveries.clone(),
+        );
+        registry.register(
+            "leader_election_master_status",
+            "client-go compatible: 1 while this instance is the leader",
+            m.master_status.clone(),
+        );
+        for name in StateName::ALL {
+            m.state
+                .get_or_create(&StateLabel {
+                    state: name.as_str(),
+                })
+                .set(0);
+        }
+        m.state
+            .get_or_create(&StateLabel {
+                state: StateName::Idle.as_str(),
+            })
+            .set(1);
+        Metrics { registry, ..m }
+    }
+
+    pub fn transition(&self, from: StateName, to: StateName) {
+        self.transitions
+            .get_or_create(&TransitionLabels {
+                from: from.as_str(),
+                to: to.as_str(),
+            })
+            .inc();
+        self.state
+            .get_or_create(&StateLabel {
+                state: from.as_str(),
+            })
+            .set(0);
+        self.state
+            .get_or_create(&StateLabel { state: to.as_str() })
+            .set(1);
+        let leading = |s: StateName| matches!(s, StateName::Working | StateName::Renewing);
+        if leading(from) != leading(to) {
+            self.leadership_changes.inc();
+        }
+    }
+
+    /// `op`: acquire, renew, release; `result`: ok, held, lost, timeout, error.
+    pub fn lease_op(&self, op: &'static str, result: &'static str, took: Duration) {
+        self.lease_ops.get_or_create(&OpLabels { op, result }).inc();
+        self.lease_op_seconds
+            .get_or_create(&OpLabel { op })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn child_started(&self) {
+        self.child_starts.inc();
+    }
+
+    pub fn child_exited(&self) {
+        self.child_exits.inc();
+    }
+
+    /// `result`: delivered or failed.
+    pub fn webhook(&self, event: &'static str, result: &'static str) {
+        self.webhook_deliveries
+            .get_or_create(&WebhookLabels { event, result })
+            .inc();
+    }
+
+    /// The text exposition, with the leadership gauges taken from `view`.
+    pub fn render(&self, view: &LeaderView) -> String {
+        let leading = i64::from(view.is_leader);
+        self.is_leader.set(leading);
+        self.master_status
+            .get_or_create(&NameLabel {
+                name: self.key.clone(),
+            })
+            .set(leading);
+        self.fencing_token.set(view.fencing_token.unwrap_or(0));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
