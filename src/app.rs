@@ -250,5 +250,30 @@ pub async fn check(config: Config) -> Result<ExitCode, Failure> {
         backend.describe(),
         describe_peek(&config.key, &peek)
     );
+    if let BackendConfig::Redis { .. } = &config.backend {
+        exercise_scripts(&config).await?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs acquire, renew and release on a scratch election (`KEY.check`) as
+/// the configured user, so a missing ACL permission shows up now rather than
+/// at the first election. Leaves only the scratch fence counter behind.
+async fn exercise_scripts(config: &Config) -> Result<(), Failure> {
+    let mut scratch_config = config.clone();
+    scratch_config.key = format!("{}.check", config.key);
+    let mut scratch = backend(&scratch_config)?;
+    match scratch.acquire().await.map_err(Failure::Backend)? {
+        lease::Acquire::Won { .. } => {
+            scratch.renew().await.map_err(Failure::Backend)?;
+            scratch.release().await.map_err(Failure::Backend)?;
+        }
+        // Another `check` is running right now: acquire was still exercised.
+        lease::Acquire::Held { .. } => {}
+    }
+    println!(
+        "# ok: acquire, renew and release run as the configured user (scratch key leaderd:{{{}}}:lease)",
+        scratch_config.key
+    );
+    Ok(())
 }

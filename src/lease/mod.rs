@@ -66,7 +66,7 @@ pub enum Error {
     #[error("cannot reach {backend}: {detail}")]
     Connection { backend: String, detail: String },
     #[error(
-        "{backend} refused leaderd's credentials or permissions: {detail}; check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish"
+        "{backend} refused leaderd's credentials or permissions: {detail}; check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +subscribe +ping"
     )]
     Misconfigured { backend: String, detail: String },
     #[error("unexpected reply from {backend}: {detail}")]

@@ -257,9 +257,14 @@ impl Link {
 fn classify(e: RedisError, url: &str, timeout: Duration) -> Error {
     let backend = url.to_string();
     let detail = e.to_string();
+    // Inside a script Redis reports a denied command or key as a plain ERR.
+    let denied_in_script = detail.contains("can't run this command")
+        || detail.contains("No permissions to access")
+        || detail.contains("NOPERM");
     let auth = e.kind() == ErrorKind::AuthenticationFailed
         || e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
-        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"));
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+        || denied_in_script;
     if auth {
         Error::Misconfigured { backend, detail }
     } else if e.is_timeout() {
