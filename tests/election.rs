@@ -233,3 +233,35 @@ fn fencing_tokens_increase_across_handovers_and_a_redis_restart() {
         "tokens must strictly increase: {tokens:?}"
     );
 }
+
+#[test]
+fn waiters_look_again_only_when_the_lease_would_expire() {
+    let redis = Redis::start();
+    let key = support::key("quiet");
+    let leader = start(&redis, &key, "a", FAST);
+    eventually(Duration::from_secs(5), "a to lead", || {
+        leader.is_leader().then_some(())
+    });
+    let waiter = start(&redis, &key, "b", FAST);
+    let refusals = || {
+        waiter
+            .log()
+            .iter()
+            .filter(|l| l.contains("reason=\"lease held by another candidate\""))
+            .count()
+    };
+    eventually(Duration::from_secs(5), "a first refusal", || {
+        (refusals() >= 1).then_some(())
+    });
+    let first = Instant::now();
+    eventually(Duration::from_secs(15), "three more looks", || {
+        (refusals() >= 4).then_some(())
+    });
+    // The renewed lease always has more than ttl − renew_interval (1.33s) left,
+    // so three more looks take at least 4s; polling every 300ms would take 0.9s.
+    let took = first.elapsed();
+    assert!(
+        took >= Duration::from_secs(4),
+        "three looks in {took:?}: the waiter polls"
+    );
+}

@@ -34,31 +34,32 @@ fn value(samples: &[prometheus_parse::Sample], name: &str, labels: &[(&str, &str
 #[test]
 fn metrics_after_a_handover_agree_with_leader() {
     let redis = Redis::start();
-    let nodes = [
-        on_redis(&redis, "metrics", "a", FAST),
-        on_redis(&redis, "metrics", "b", FAST),
-    ];
+    let mut nodes: Vec<Leaderd> = ["a", "b", "c"]
+        .iter()
+        .map(|id| on_redis(&redis, "metrics", id, FAST))
+        .collect();
     let first = eventually(Duration::from_secs(5), "a leader", || {
         nodes.iter().position(|n| n.is_leader())
     });
-    // Take the lease away: the leader loses it at its next renewal, the other wins.
-    redis.cmd(&["DEL", "leaderd:{metrics}:lease"]);
-    let second = 1 - first;
-    eventually(Duration::from_secs(5), "the other to lead", || {
-        nodes[second].is_leader().then_some(())
-    });
-    eventually(Duration::from_secs(5), "the old leader to wait", || {
-        nodes[first]
-            .leader()
-            .filter(|(_, b)| b["state"] == "waiting")
-    });
+    nodes[first].signal("TERM");
+    nodes[first].wait_exit(Duration::from_secs(5));
+    nodes.remove(first);
+    let leader = eventually(
+        Duration::from_secs(5),
+        "the next leader, named by the other",
+        || {
+            let leader = nodes.iter().position(|n| n.is_leader())?;
+            let (_, standby) = nodes[1 - leader].leader()?;
+            (standby["leader"] == nodes[leader].id.as_str()).then_some(leader)
+        },
+    );
     let mut leaders = 0.0;
     for (i, node) in nodes.iter().enumerate() {
         let samples = scrape(node);
         let (_, view) = node.leader().unwrap();
         let is_leader = value(&samples, "leaderd_is_leader", &[]);
         leaders += is_leader;
-        assert_eq!(is_leader, if i == second { 1.0 } else { 0.0 });
+        assert_eq!(is_leader, if i == leader { 1.0 } else { 0.0 }, "{view}");
         assert_eq!(
             value(
                 &samples,
@@ -72,41 +73,43 @@ fn metrics_after_a_handover_agree_with_leader() {
             view["fencing_token"].as_f64().unwrap(),
             "node {i}"
         );
-        // Both have led once: the first before the key was taken away.
         assert!(
             value(
                 &samples,
                 "leaderd_transitions_total",
-                &[("from", "acquiring"), ("to", "working")]
+                &[("from", "waiting"), ("to", "acquiring")]
             ) >= 1.0
         );
-        assert!(
-            value(
-                &samples,
-                "leaderd_lease_operations_total",
-                &[("op", "acquire"), ("result", "ok")]
-            ) >= 1.0
+        let state = view["state"].as_str().unwrap();
+        assert_eq!(
+            value(&samples, "leaderd_state", &[("state", state)]),
+            1.0,
+            "{view}"
         );
     }
     assert_eq!(leaders, 1.0, "exactly one instance reports leader");
-    let old = scrape(&nodes[first]);
+    let new = scrape(&nodes[leader]);
+    assert_eq!(
+        value(
+            &new,
+            "leaderd_transitions_total",
+            &[("from", "acquiring"), ("to", "working")]
+        ),
+        1.0
+    );
+    assert_eq!(value(&new, "leaderd_leadership_changes_total", &[]), 1.0);
     assert!(
         value(
-            &old,
-            "leaderd_transitions_total",
-            &[("from", "renewing"), ("to", "pausing")]
+            &new,
+            "leaderd_lease_operations_total",
+            &[("op", "acquire"), ("result", "held")]
         ) >= 1.0
     );
     assert!(
-        value(&old, "leaderd_leadership_changes_total", &[]) >= 2.0,
-        "became and stopped being leader"
-    );
-    assert_eq!(value(&old, "leaderd_state", &[("state", "waiting")]), 1.0);
-    assert!(
         value(
-            &old,
+            &new,
             "leaderd_lease_operations_total",
-            &[("op", "renew"), ("result", "lost")]
+            &[("op", "acquire"), ("result", "ok")]
         ) >= 1.0
     );
 }

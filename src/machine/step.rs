@@ -14,6 +14,10 @@ fn stay(state: &State) -> Transition {
     to(*state, &[], Reason::Ignored)
 }
 
+/// Added to a holder's remaining time, so the next look finds the key gone
+/// rather than in its last millisecond.
+const EXPIRY_SLACK: Duration = Duration::from_millis(1);
+
 impl Machine {
     /// How long to back off after a backend error: the retry interval, and for
     /// errors only a person can fix (auth, permissions) at least 10 s, so a
@@ -144,9 +148,11 @@ impl Machine {
                 )
             }
             (S::Acquiring { .. }, E::Refused { expires_in }) => {
-                let wait = expires_in.map_or(self.timing.retry_interval, |e| {
-                    e.min(self.timing.retry_interval)
-                });
+                // Look again when the holder's lease would expire: a holder that
+                // renews has pushed that out by then, and we simply look again.
+                // A release wakes us sooner (`ReleaseNotified`). Without a known
+                // expiry, poll at the retry interval.
+                let wait = expires_in.map_or(self.timing.retry_interval, |e| e + EXPIRY_SLACK);
                 to(S::Waiting { until: now + wait }, &[], Reason::HeldByOther)
             }
             (S::Acquiring { .. }, E::AcquireFailed { misconfigured }) => to(

@@ -305,7 +305,7 @@ fn transition_table() {
 }
 
 #[test]
-fn refusal_waits_for_expiry_but_no_longer_than_the_retry_interval() {
+fn refusal_waits_until_the_holders_lease_would_expire() {
     let m = machine();
     let t0 = Instant::now();
     let acquiring = State::Acquiring { shutdown: false };
@@ -319,7 +319,7 @@ fn refusal_waits_for_expiry_but_no_longer_than_the_retry_interval() {
     assert_eq!(
         soon.next,
         State::Waiting {
-            until: t0 + 300 * MS
+            until: t0 + 301 * MS
         }
     );
     let late = m.step(
@@ -332,7 +332,15 @@ fn refusal_waits_for_expiry_but_no_longer_than_the_retry_interval() {
     assert_eq!(
         late.next,
         State::Waiting {
-            until: t0 + Duration::from_secs(2)
+            until: t0 + Duration::from_secs(9) + MS
+        },
+        "no fixed poll"
+    );
+    let unknown = m.step(&acquiring, Event::Refused { expires_in: None }, t0);
+    assert_eq!(
+        unknown.next,
+        State::Waiting {
+            until: t0 + m.timing.retry_interval
         }
     );
     let auth = m.step(
