@@ -1,0 +1,425 @@
+//! leaderd's handover benchmark (`scripts/bench`, or `cargo bench --bench
+//! handover`): starts its own redis-server and leaderd instances and prints
+//! a table of handover latency, crash takeover, idle cost, contention, binary
+//! size and start-up time. See README "Performance".
+//!
+//! The child every leaderd runs is this binary itself (`handover __probe
+//! FILE`): it appends `start PID NS` when it starts and `stop PID NS` when
+//! SIGTERM arrives (CLOCK_MONOTONIC, comparable across processes), so a
+//! handover is measured from the SIGTERM sent to the old leader to the
+//! moment the new leader's child runs, and overlaps can be checked.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::{Leaderd, Redis, eventually};
+
+const PROBE: &str = "__probe";
+
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn append(file: &str, line: String) {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .expect("probe file");
+    f.write_all(line.as_bytes()).expect("write probe file");
+}
+
+/// The child: record the start, block until SIGTERM, record the stop.
+fn probe(file: &str) -> ! {
+    let mut signals =
+        signal_hook::iterator::Signals::new([libc::SIGTERM]).expect("SIGTERM handler");
+    let pid = std::process::id();
+    append(file, format!("start {pid} {}\n", mono_ns()));
+    signals.forever().next();
+    append(file, format!("stop {pid} {}\n", mono_ns()));
+    std::process::exit(0)
+}
+
+/// `(kind, pid, ns)` records of a probe file.
+fn records(file: &Path) -> Vec<(String, u32, u64)> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((
+                f.next()?.to_string(),
+                f.next()?.parse().ok()?,
+                f.next()?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+fn starts_after(file: &Path, t: u64) -> Option<u64> {
+    records(file)
+        .into_iter()
+        .filter(|(k, _, ns)| k == "start" && *ns > t)
+        .map(|r| r.2)
+        .min()
+}
+
+/// Most children alive at once according to the probe records.
+fn max_overlap(file: &Path) -> i32 {
+    let mut timeline: Vec<(u64, i32)> = records(file)
+        .into_iter()
+        .map(|(k, _, ns)| (ns, if k == "start" { 1 } else { -1 }))
+        .collect();
+    timeline.sort();
+    let (mut running, mut most) = (0, 0);
+    for (_, d) in timeline {
+        running += d;
+        most = most.max(running);
+    }
+    most
+}
+
+struct Stats {
+    median: f64,
+    max: f64,
+    n: usize,
+}
+
+fn stats(mut ms: Vec<f64>) -> Stats {
+    ms.sort_by(f64::total_cmp);
+    Stats {
+        median: ms[ms.len() / 2],
+        max: *ms.last().unwrap(),
+        n: ms.len(),
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+struct Bench {
+    redis: Redis,
+    exe: String,
+    dir: PathBuf,
+    next_id: usize,
+}
+
+impl Bench {
+    fn candidate(&mut self, key: &str, ttl: &str, probe_file: Option<&Path>) -> Leaderd {
+        self.next_id += 1;
+        let id = format!("c{}", self.next_id);
+        let url = self.redis.url();
+        let mut args = vec![
+            "--redis",
+            url.as_str(),
+            "--key",
+            key,
+            "--ttl",
+            ttl,
+            "--log-level",
+            "warn",
+        ];
+        let file;
+        if let Some(f) = probe_file {
+            file = f.to_str().unwrap().to_string();
+            args.extend(["--", self.exe.as_str(), PROBE, file.as_str()]);
+        }
+        Leaderd::run(&id, &args)
+    }
+
+    fn holder(&self, key: &str) -> Option<String> {
+        let value = self.redis.get(&format!("leaderd:{{{key}}}:lease"))?;
+        let json: serde_json::Value = serde_json::from_str(&value).ok()?;
+        json["id"].as_str().map(str::to_string)
+    }
+
+    /// Graceful handovers among `k` candidates: SIGTERM to the leader → the
+    /// next leader's child runs. Returns the latencies (ms) and max overlap.
+    fn handovers(&mut self, k: usize, rounds: usize) -> (Stats, i32) {
+        let key = format!("graceful-{k}");
+        let file = self.dir.join(format!("{key}.probe"));
+        let mut nodes: Vec<Leaderd> = (0..k)
+            .map(|_| self.candidate(&key, "10s", Some(&file)))
+            .collect();
+        let mut latencies = Vec::new();
+        for _ in 0..rounds {
+            let leader = eventually(
+                Duration::from_secs(30),
+                "a leader with a running child",
+                || {
+                    let id = self.holder(&key)?;
+                    let i = nodes.iter().position(|n| n.id == id)?;
+                    (records(&file).iter().filter(|r| r.0 == "start").count()
+                        > records(&file).iter().filter(|r| r.0 == "stop").count())
+                    .then_some(i)
+                },
+            );
+            // Let the others settle into waiting before the handover.
+            std::thread::sleep(Duration::from_millis(200));
+            let t0 = mono_ns();
+            nodes[leader].signal("TERM");
+            let started = eventually(Duration::from_secs(30), "the next child", || {
+                starts_after(&file, t0)
+            });
+            latencies.push(ms(started - t0));
+            nodes[leader].wait_exit(Duration::from_secs(30));
+            nodes[leader] = self.candidate(&key, "10s", Some(&file));
+        }
+        (stats(latencies), max_overlap(&file))
+    }
+
+    /// SIGKILL of the leader → the next leader's child runs, measured from
+    /// the lease's expiry (PTTL read just before the kill).
+    fn crash_takeovers(&mut self, rounds: usize) -> Stats {
+        let key = "crash";
+        let file = self.dir.join("crash.probe");
+        let mut nodes: Vec<Leaderd> = (0..3)
+            .map(|_| self.candidate(key, "3s", Some(&file)))
+            .collect();
+        let mut after_expiry = Vec::new();
+        for _ in 0..rounds {
+            let leader = eventually(Duration::from_secs(30), "a leader", || {
+                let id = self.holder(key)?;
+                nodes.iter().position(|n| n.id == id)
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            let asked = mono_ns();
+            let pttl = self.redis.pttl(&format!("leaderd:{{{key}}}:lease")).max(0) as u64;
+            nodes[leader].signal("KILL");
+            let expiry = asked + pttl * 1_000_000;
+            let started = eventually(Duration::from_secs(30), "the next child", || {
+                starts_after(&file, asked)
+            });
+            after_expiry.push(ms(started.saturating_sub(expiry)));
+            nodes[leader].wait_exit(Duration::from_secs(5));
+            nodes[leader] = self.candidate(key, "3s", Some(&file));
+        }
+        stats(after_expiry)
+    }
+
+    /// Elect-only candidates left alone: Redis commands/s, RSS and CPU.
+    fn idle(&mut self, k: usize, window: Duration) -> (f64, f64, f64, f64) {
+        let key = format!("idle-{k}");
+        let nodes: Vec<Leaderd> = (0..k).map(|_| self.candidate(&key, "10s", None)).collect();
+        eventually(Duration::from_secs(60), "a leader", || self.holder(&key));
+        std::thread::sleep(Duration::from_secs(2)); // past start-up
+        let cpu_before: Vec<u64> = nodes.iter().map(|n| cpu_ticks(n.pid())).collect();
+        self.redis.cmd(&["CONFIG", "RESETSTAT"]);
+        std::thread::sleep(window); // the measurement window itself
+        let calls = command_calls(&self.redis);
+        let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let cpu: Vec<f64> = nodes
+            .iter()
+            .zip(&cpu_before)
+            .map(|(n, before)| {
+                (cpu_ticks(n.pid()) - before) as f64 / ticks_per_s / window.as_secs_f64() * 100.0
+            })
+            .collect();
+        let rss: Vec<f64> = nodes
+            .iter()
+            .map(|n| rss_kib(n.pid()) as f64 / 1024.0)
+            .collect();
+        let avg = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        (
+            calls / window.as_secs_f64(),
+            max(&rss),
+            avg(&cpu),
+            max(&cpu),
+        )
+    }
+}
+
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest: Vec<&str> = stat[stat.rfind(')').map_or(0, |i| i + 2)..]
+        .split_whitespace()
+        .collect();
+    // utime and stime are fields 14 and 15; `rest` starts at field 3.
+    rest.get(11)
+        .and_then(|u| u.parse::<u64>().ok())
+        .unwrap_or(0)
+        + rest
+            .get(12)
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")?
+                .trim()
+                .trim_end_matches(" kB")
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Commands since the last RESETSTAT, not counting the benchmark's own.
+fn command_calls(redis: &Redis) -> f64 {
+    let redis::Value::BulkString(info) = redis.cmd(&["INFO", "commandstats"]) else {
+        return f64::NAN;
+    };
+    String::from_utf8_lossy(&info)
+        .lines()
+        .filter(|l| {
+            l.starts_with("cmdstat_")
+                && !l.starts_with("cmdstat_info")
+                && !l.starts_with("cmdstat_config")
+        })
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// The probe alone: spawn → its start record.
+fn child_startup(exe: &str, dir: &Path, runs: usize) -> Stats {
+    let file = dir.join("startup.probe");
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        let t0 = mono_ns();
+        let mut child = Command::new(exe)
+            .args([PROBE, file.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("probe");
+        let started = eventually(Duration::from_secs(10), "the probe", || {
+            starts_after(&file, t0)
+        });
+        times.push(ms(started - t0));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    stats(times)
+}
+
+/// leaderd spawned → its child runs (first acquire on an empty Redis).
+fn startup_to_first_acquire(bench: &mut Bench, runs: usize) -> Stats {
+    let mut times = Vec::new();
+    for i in 0..runs {
+        let key = format!("startup-{i}");
+        let file = bench.dir.join(format!("{key}.probe"));
+        let t0 = mono_ns();
+        let node = bench.candidate(&key, "10s", Some(&file));
+        let started = eventually(Duration::from_secs(10), "the first child", || {
+            starts_after(&file, t0)
+        });
+        times.push(ms(started - t0));
+        drop(node);
+    }
+    stats(times)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(PROBE) {
+        probe(&args[2]);
+    }
+    // `cargo test --all-targets` runs this binary without `--bench`: it takes
+    // minutes and measures, so only `cargo bench` (scripts/bench) runs it.
+    if !args.iter().any(|a| a == "--bench") {
+        println!("handover benchmark: run it with scripts/bench (cargo bench --bench handover)");
+        return;
+    }
+    let exe = std::env::current_exe()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let dir = support::temp_dir("bench");
+    let mut bench = Bench {
+        redis: Redis::start(),
+        exe: exe.clone(),
+        dir: dir.clone(),
+        next_id: 0,
+    };
+    let startup = child_startup(&exe, &dir, 20);
+    println!(
+        "# leaderd handover benchmark ({} cores, redis-server {})",
+        num_cpus(),
+        redis_version()
+    );
+    println!();
+    println!("| measurement | median | max | n |");
+    println!("|---|---|---|---|");
+    let row = |name: &str, s: &Stats| {
+        println!(
+            "| {name} | {:.2} ms | {:.2} ms | {} |",
+            s.median, s.max, s.n
+        )
+    };
+    row("child start-up alone (spawn → child running)", &startup);
+    let mut overlaps = 0;
+    for (k, rounds) in [(3, 15), (20, 10), (100, 10)] {
+        let (s, overlap) = bench.handovers(k, rounds);
+        overlaps = overlaps.max(overlap);
+        row(
+            &format!("graceful handover, K = {k} (SIGTERM → next child running)"),
+            &s,
+        );
+    }
+    let crash = bench.crash_takeovers(5);
+    row(
+        "crash takeover after lease expiry, K = 3, ttl 3s (SIGKILL; → next child running)",
+        &crash,
+    );
+    let first = startup_to_first_acquire(&mut bench, 10);
+    row("start-up to first acquire (spawn → child running)", &first);
+    println!();
+    println!(
+        "| idle, 20 s window | Redis commands/s (total) | max RSS per instance | avg CPU per instance | max CPU per instance |"
+    );
+    println!("|---|---|---|---|---|");
+    for k in [3, 100] {
+        let (cmds, rss, cpu_avg, cpu_max) = bench.idle(k, Duration::from_secs(20));
+        println!("| K = {k} | {cmds:.2} | {rss:.1} MiB | {cpu_avg:.3} % | {cpu_max:.3} % |");
+    }
+    println!();
+    let size = std::fs::metadata(support::BIN).map_or(0, |m| m.len());
+    println!(
+        "binary: {} ({:.1} MiB)",
+        support::BIN,
+        size as f64 / 1048576.0
+    );
+    println!("children alive at once, most seen in all graceful handovers: {overlaps}");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(overlaps <= 1, "two children overlapped");
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn redis_version() -> String {
+    let out = Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    out.split_whitespace()
+        .find_map(|w| w.strip_prefix("v="))
+        .unwrap_or("?")
+        .to_string()
+}
