@@ -17,6 +17,9 @@ pub struct ReleaseChannel {
     pub client: redis::Client,
     pub channel: String,
     pub timeout: Duration,
+    /// Releases announced with this id are our own: a candidate that just
+    /// stepped down must not race to take the lease straight back.
+    pub own_id: String,
 }
 
 /// Watches the release channel until `stop`, sending `()` for every release.
@@ -61,7 +64,10 @@ async fn listen(
         return Ok(());
     }
     let mut messages = pubsub.into_on_message();
-    while messages.next().await.is_some() {
+    while let Some(message) = messages.next().await {
+        if message.get_payload_bytes() == source.own_id.as_bytes() {
+            continue;
+        }
         if notices.send(()).is_err() {
             return Ok(());
         }

@@ -25,16 +25,27 @@ struct Scripts {
     renew: Script,
     release: Script,
     peek: Script,
+    /// Every script's source, loaded on each new connection.
+    sources: Vec<String>,
 }
 
 impl Scripts {
     fn new() -> Self {
-        let with_prelude = |body: &str| Script::new(&format!("{HOLDER}\n{body}"));
+        let sources: Vec<String> = [
+            include_str!("lua/acquire.lua"),
+            include_str!("lua/renew.lua"),
+            include_str!("lua/release.lua"),
+            include_str!("lua/peek.lua"),
+        ]
+        .iter()
+        .map(|body| format!("{HOLDER}\n{body}"))
+        .collect();
         Scripts {
-            acquire: with_prelude(include_str!("lua/acquire.lua")),
-            renew: with_prelude(include_str!("lua/renew.lua")),
-            release: with_prelude(include_str!("lua/release.lua")),
-            peek: with_prelude(include_str!("lua/peek.lua")),
+            acquire: Script::new(&sources[0]),
+            renew: Script::new(&sources[1]),
+            release: Script::new(&sources[2]),
+            peek: Script::new(&sources[3]),
+            sources,
         }
     }
 }
@@ -58,6 +69,10 @@ pub struct RedisLease {
 /// keeps timing out.
 struct Link {
     client: redis::Client,
+    /// Script sources to load on each new connection, so that the first
+    /// release or renewal after a (re)connect is one round trip, not three
+    /// (EVALSHA → NOSCRIPT → SCRIPT LOAD → EVALSHA).
+    preload: Vec<String>,
     conn: Option<MultiplexedConnection>,
     timeout: Duration,
     /// The URL with its password redacted, for messages.
@@ -88,9 +103,11 @@ impl RedisLease {
             detail: e.to_string(),
         })?;
         let (lease_key, fence_key, channel) = keys(key);
+        let scripts = Scripts::new();
         Ok(RedisLease {
             link: Link {
                 client,
+                preload: scripts.sources.clone(),
                 conn: None,
                 timeout,
                 url: url.redacted().to_string(),
@@ -103,7 +120,7 @@ impl RedisLease {
             ttl_ms: ttl.as_millis() as u64,
             token: None,
             highest_fencing: 0,
-            scripts: Scripts::new(),
+            scripts,
         })
     }
 
@@ -116,6 +133,7 @@ impl RedisLease {
             client: self.link.client.clone(),
             channel: self.channel.clone(),
             timeout: self.link.timeout,
+            own_id: serde_json::from_str(&self.id_json).expect("id_json is a JSON string"),
         }
     }
 
@@ -224,7 +242,18 @@ impl Link {
                     .client
                     .get_multiplexed_async_connection_with_config(&config);
                 match tokio::time::timeout_at(deadline, connecting).await {
-                    Ok(Ok(conn)) => self.conn.insert(conn).clone(),
+                    Ok(Ok(mut conn)) => {
+                        let mut load = redis::pipe();
+                        for source in &self.preload {
+                            load.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
+                        }
+                        // Best effort: EVALSHA still reloads after NOSCRIPT.
+                        let loading = load.query_async::<()>(&mut conn);
+                        if let Ok(Err(e)) = tokio::time::timeout_at(deadline, loading).await {
+                            tracing::debug!(error = %e, "could not preload the lease scripts");
+                        }
+                        self.conn.insert(conn).clone()
+                    }
                     Ok(Err(e)) => return Err(classify(e, &self.url, self.timeout)),
                     Err(_) => return Err(timed_out()),
                 }

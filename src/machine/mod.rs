@@ -64,6 +64,9 @@ pub enum State {
     Idle,
     Acquiring {
         shutdown: bool,
+        /// A release was announced while the request was out: if it comes
+        /// back refused, it may predate the release, so look again at once.
+        notified: bool,
     },
     Working {
         lease: Lease,

@@ -100,13 +100,19 @@ impl Machine {
         }
         match (*state, event) {
             (S::Idle, E::Started) => to(
-                S::Acquiring { shutdown: false },
+                S::Acquiring {
+                    shutdown: false,
+                    notified: false,
+                },
                 &[Action::Acquire],
                 Reason::Start,
             ),
 
             (
-                S::Acquiring { shutdown: true },
+                S::Acquiring {
+                    shutdown: true,
+                    notified: false,
+                },
                 E::Acquired { .. } | E::Refused { .. } | E::AcquireFailed { .. },
             ) => {
                 // Release even after a refusal or failure: a timed-out acquire may
@@ -147,6 +153,17 @@ impl Machine {
                     Reason::Acquired,
                 )
             }
+            (S::Acquiring { notified: true, .. }, E::Refused { .. }) => {
+                to(S::Waiting { until: now }, &[], Reason::HeldByOther)
+            }
+            (S::Acquiring { shutdown, .. }, E::ReleaseNotified) => to(
+                S::Acquiring {
+                    shutdown,
+                    notified: true,
+                },
+                &[],
+                Reason::ReleaseNotified,
+            ),
             (S::Acquiring { .. }, E::Refused { expires_in }) => {
                 // Look again when the holder's lease would expire: a holder that
                 // renews has pushed that out by then, and we simply look again.
@@ -231,12 +248,18 @@ impl Machine {
             },
 
             (S::Waiting { until }, E::Tick) if now >= until => to(
-                S::Acquiring { shutdown: false },
+                S::Acquiring {
+                    shutdown: false,
+                    notified: false,
+                },
                 &[Action::Acquire],
                 Reason::RetryDue,
             ),
             (S::Waiting { .. }, E::ReleaseNotified) => to(
-                S::Acquiring { shutdown: false },
+                S::Acquiring {
+                    shutdown: false,
+                    notified: false,
+                },
                 &[Action::Acquire],
                 Reason::ReleaseNotified,
             ),
@@ -372,7 +395,14 @@ impl Machine {
         let reason = Reason::Shutdown;
         match *state {
             S::Idle => to(S::Idle, &[Action::Exit], reason),
-            S::Acquiring { .. } => to(S::Acquiring { shutdown: true }, &[], reason),
+            S::Acquiring { .. } => to(
+                S::Acquiring {
+                    shutdown: true,
+                    notified: false,
+                },
+                &[],
+                reason,
+            ),
             S::Working { lease } => self.pause(
                 Some(lease),
                 Renewal::IDLE,

@@ -30,8 +30,14 @@ fn states(t0: Instant) -> Vec<State> {
     };
     vec![
         State::Idle,
-        State::Acquiring { shutdown: false },
-        State::Acquiring { shutdown: true },
+        State::Acquiring {
+            shutdown: false,
+            notified: false,
+        },
+        State::Acquiring {
+            shutdown: true,
+            notified: false,
+        },
         State::Working { lease: l },
         State::Renewing {
             lease: l,
@@ -119,7 +125,10 @@ fn transition_table() {
             vec!["acquire"],
         ),
         (
-            State::Acquiring { shutdown: false },
+            State::Acquiring {
+                shutdown: false,
+                notified: false,
+            },
             Event::Acquired {
                 fencing_token: 7,
                 sent_at: t0,
@@ -129,7 +138,10 @@ fn transition_table() {
             vec!["start"],
         ),
         (
-            State::Acquiring { shutdown: false },
+            State::Acquiring {
+                shutdown: false,
+                notified: false,
+            },
             Event::Refused {
                 expires_in: Some(Duration::from_secs(1)),
             },
@@ -138,7 +150,10 @@ fn transition_table() {
             vec![],
         ),
         (
-            State::Acquiring { shutdown: false },
+            State::Acquiring {
+                shutdown: false,
+                notified: false,
+            },
             Event::AcquireFailed {
                 misconfigured: false,
             },
@@ -147,7 +162,10 @@ fn transition_table() {
             vec![],
         ),
         (
-            State::Acquiring { shutdown: true },
+            State::Acquiring {
+                shutdown: true,
+                notified: false,
+            },
             Event::Acquired {
                 fencing_token: 7,
                 sent_at: t0,
@@ -308,7 +326,10 @@ fn transition_table() {
 fn refusal_waits_until_the_holders_lease_would_expire() {
     let m = machine();
     let t0 = Instant::now();
-    let acquiring = State::Acquiring { shutdown: false };
+    let acquiring = State::Acquiring {
+        shutdown: false,
+        notified: false,
+    };
     let soon = m.step(
         &acquiring,
         Event::Refused {
@@ -365,7 +386,10 @@ fn renewal_does_not_restart_the_work() {
     let t0 = Instant::now();
     let mut state = m
         .step(
-            &State::Acquiring { shutdown: false },
+            &State::Acquiring {
+                shutdown: false,
+                notified: false,
+            },
             Event::Acquired {
                 fencing_token: 1,
                 sent_at: t0,
@@ -671,4 +695,34 @@ fn child_exit_policies_release_then_wait_or_exit() {
         assert_eq!(done.next.name(), last);
         assert_eq!(done.actions.contains(&Action::Exit), exit);
     }
+}
+
+#[test]
+fn a_release_announced_during_an_acquire_is_not_missed() {
+    let m = machine();
+    let t0 = Instant::now();
+    let acquiring = State::Acquiring {
+        shutdown: false,
+        notified: false,
+    };
+    let notified = m.step(&acquiring, Event::ReleaseNotified, t0);
+    assert_eq!(
+        notified.next,
+        State::Acquiring {
+            shutdown: false,
+            notified: true
+        }
+    );
+    let refused = m.step(
+        &notified.next,
+        Event::Refused {
+            expires_in: Some(Duration::from_secs(9)),
+        },
+        t0 + MS,
+    );
+    assert_eq!(
+        refused.next,
+        State::Waiting { until: t0 + MS },
+        "looks again at once, not in 9s"
+    );
 }

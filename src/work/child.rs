@@ -337,7 +337,7 @@ impl Supervisor {
                     process::signal_group(group.pgid, libc::SIGKILL);
                     *killed = true;
                 }
-                let stragglers = process::stragglers(group.pgid);
+                let stragglers = process::stragglers(group);
                 if *killed {
                     for pid in &stragglers {
                         process::signal_process(*pid, libc::SIGKILL);

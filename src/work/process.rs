@@ -2,12 +2,12 @@
 //! group behind a guard, signalling the group, reaping, and finding
 //! stragglers in `/proc`.
 //!
-//! The group is led by a *guard*: leaderd re-executed as `leaderd __guard`,
-//! whose stdin is the read end of a lifeline pipe only leaderd can write to.
-//! When leaderd dies, however it dies, the kernel closes that pipe, the guard
-//! reads EOF and SIGKILLs the whole group, grandchildren included. While the
-//! guard lives the group ID cannot be reused, so signalling it never hits a
-//! stranger. The child itself also gets a parent-death SIGKILL as a second
+//! The child leads its own process group, and a *guard* joins it: leaderd
+//! re-executed as `leaderd __guard`, whose stdin is the read end of a
+//! lifeline pipe only leaderd can write to. When leaderd dies, however it
+//! dies, the kernel closes that pipe, the guard reads EOF and SIGKILLs the
+//! whole group, grandchildren included. While the guard lives the group
+//! exists, so its ID cannot be reused and signalling it never hits a stranger. The child itself also gets a parent-death SIGKILL as a second
 //! layer; that signal fires when the spawning *thread* exits, which is why
 //! children are spawned only from the runtime's main thread.
 
@@ -17,21 +17,18 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// A running child and the group it leads... through its guard.
+/// A running child, the process group it leads, and the guard in that group.
 #[derive(Debug)]
 pub struct Group {
-    /// The process group ID, which is the guard's PID.
+    /// The process group ID, which is the child's PID.
     pub pgid: i32,
     pub child: i32,
+    pub guard: i32,
     /// Dropping it tells the guard to kill whatever is left in the group.
     lifeline: Option<PipeWriter>,
 }
 
 impl Group {
-    pub fn guard(&self) -> i32 {
-        self.pgid
-    }
-
     /// Lets the guard go: it kills what is left of the group, itself included.
     pub fn dismiss_guard(&mut self) {
         self.lifeline = None;
@@ -46,20 +43,26 @@ pub struct Spec<'a> {
     pub env_remove: &'a [&'static str],
 }
 
-/// Spawns the guard, then the child inside the guard's process group.
+/// The signals leaderd sends to the child's group to stop or notify it; the
+/// guard ignores them from birth.
+const GUARD_IGNORES: [i32; 7] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGHUP,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGPIPE,
+];
+
+/// Spawns the child as the leader of a new process group, then the guard
+/// into that group. The child comes first so that the guard's start-up is
+/// not on the path of a handover; a leaderd that dies in between takes the
+/// child with it through the parent-death signal.
 pub fn spawn(spec: &Spec<'_>) -> std::io::Result<Group> {
-    let exe = std::env::current_exe()?;
-    let (reader, writer) = std::io::pipe()?;
-    let guard = Command::new(exe)
-        .arg(crate::work::guard::ARG)
-        .stdin(Stdio::from(reader))
-        .stdout(Stdio::null())
-        .process_group(0)
-        .spawn()?;
-    let pgid = guard.id() as i32;
     let parent = std::process::id() as i32;
     let mut cmd = Command::new(spec.program);
-    cmd.args(spec.args).stdin(Stdio::null()).process_group(pgid);
+    cmd.args(spec.args).stdin(Stdio::null()).process_group(0);
     for name in spec.env_remove {
         cmd.env_remove(name);
     }
@@ -79,14 +82,32 @@ pub fn spawn(spec: &Spec<'_>) -> std::io::Result<Group> {
             Ok(())
         });
     }
-    match cmd.spawn() {
-        Ok(child) => Ok(Group {
-            pgid,
-            child: child.id() as i32,
+    let child = cmd.spawn()?.id() as i32;
+    let (reader, writer) = std::io::pipe()?;
+    let mut guard = Command::new(std::env::current_exe()?);
+    guard
+        .arg(crate::work::guard::ARG)
+        .stdin(Stdio::from(reader))
+        .stdout(Stdio::null())
+        .process_group(child);
+    // SAFETY: signal() is async-signal-safe; ignored dispositions survive exec.
+    unsafe {
+        guard.pre_exec(|| {
+            for signal in GUARD_IGNORES {
+                libc::signal(signal, libc::SIG_IGN);
+            }
+            Ok(())
+        });
+    }
+    match guard.spawn() {
+        Ok(guard) => Ok(Group {
+            pgid: child,
+            child,
+            guard: guard.id() as i32,
             lifeline: Some(writer),
         }),
         Err(e) => {
-            drop(writer); // the guard kills its (otherwise empty) group and exits
+            signal_group(child, libc::SIGKILL);
             Err(e)
         }
     }
@@ -139,12 +160,14 @@ fn exit_code(status: i32) -> i32 {
     }
 }
 
-/// `(pid, ppid, pgrp)` of every process, from `/proc/*/stat`.
-fn processes() -> Vec<(i32, i32, i32)> {
+/// `(pid, ppid, pgrp)` of the live processes with a PID of at least
+/// `min_pid`, from `/proc/*/stat`.
+fn processes(min_pid: i32) -> Vec<(i32, i32, i32)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid >= min_pid)
         .filter_map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             // The command name may contain spaces and parentheses: parse after the last ')'.
@@ -161,11 +184,23 @@ fn processes() -> Vec<(i32, i32, i32)> {
 /// Live processes that belong to the work: members of the group other than
 /// the guard, and processes adopted by leaderd (descendants that left the
 /// group and lost their parent).
-pub fn stragglers(pgid: i32) -> Vec<i32> {
+///
+/// Everything in the work's tree was spawned after the child, whose PID is
+/// `pgid`, so only higher PIDs are read, unless PIDs have wrapped around
+/// since (then every process is read). This keeps the check on a handover's
+/// path cheap on a busy host.
+pub fn stragglers(group: &Group) -> Vec<i32> {
     let me = std::process::id() as i32;
-    processes()
+    let last_pid = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok());
+    let min_pid = match last_pid {
+        Some(last) if last >= group.pgid => group.pgid,
+        _ => 1,
+    };
+    processes(min_pid)
         .into_iter()
-        .filter(|&(pid, ppid, pgrp)| pid != pgid && (pgrp == pgid || ppid == me))
+        .filter(|&(pid, ppid, pgrp)| pid != group.guard && (pgrp == group.pgid || ppid == me))
         .map(|(pid, _, _)| pid)
         .collect()
 }
