@@ -209,7 +209,7 @@ impl Bench {
     }
 
     /// Elect-only candidates left alone: Redis commands/s, RSS and CPU.
-    fn idle(&mut self, k: usize, window: Duration) -> (f64, f64, f64, f64) {
+    fn idle(&mut self, k: usize, window: Duration) -> (f64, f64, f64, f64, f64) {
         let key = format!("idle-{k}");
         let nodes: Vec<Leaderd> = (0..k).map(|_| self.candidate(&key, "10s", None)).collect();
         eventually(Duration::from_secs(60), "a leader", || self.holder(&key));
@@ -271,27 +271,35 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Commands since the last RESETSTAT, not counting the benchmark's own.
-fn command_calls(redis: &Redis) -> f64 {
+/// Calls since the last RESETSTAT, not counting the benchmark's own INFO and
+/// CONFIG: `(sent by clients, all including those run inside scripts)`.
+/// Redis counts the GET/PEXPIRE/… a script runs as commands too; leaderd's
+/// clients only ever send EVALSHA/EVAL/SCRIPT and connection set-up.
+fn command_calls(redis: &Redis) -> (f64, f64) {
     let redis::Value::BulkString(info) = redis.cmd(&["INFO", "commandstats"]) else {
-        return f64::NAN;
+        return (f64::NAN, f64::NAN);
     };
-    String::from_utf8_lossy(&info)
-        .lines()
-        .filter(|l| {
-            l.starts_with("cmdstat_")
-                && !l.starts_with("cmdstat_info")
-                && !l.starts_with("cmdstat_config")
-        })
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<f64>()
-                .ok()
-        })
-        .sum()
+    let text = String::from_utf8_lossy(&info).into_owned();
+    let calls = |filter: &dyn Fn(&str) -> bool| -> f64 {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("cmdstat_"))
+            .filter(|l| !l.starts_with("info") && !l.starts_with("config"))
+            .filter(|l| filter(l.split(':').next().unwrap_or("")))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .sum()
+    };
+    let inside_scripts = ["get", "set", "pexpire", "pttl", "del", "time", "publish"];
+    (
+        calls(&|name| !inside_scripts.contains(&name)),
+        calls(&|_| true),
+    )
 }
 
 /// The probe alone: spawn → its start record.
