@@ -325,6 +325,30 @@ fn child_startup(exe: &str, dir: &Path, runs: usize) -> Stats {
     stats(times)
 }
 
+/// The probe alone: SIGTERM → reaped. A graceful handover contains this,
+/// since the lease is released only after the old child was reaped.
+fn child_stop(exe: &str, dir: &Path, runs: usize) -> Stats {
+    let file = dir.join("stop.probe");
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        let t0 = mono_ns();
+        let mut child = Command::new(exe)
+            .args([PROBE, file.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("probe");
+        eventually(Duration::from_secs(10), "the probe", || {
+            starts_after(&file, t0)
+        });
+        let signalled = mono_ns();
+        // SAFETY: plain syscall on our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let _ = child.wait();
+        times.push(ms(mono_ns() - signalled));
+    }
+    stats(times)
+}
+
 /// leaderd spawned → its child runs (first acquire on an empty Redis).
 fn startup_to_first_acquire(bench: &mut Bench, runs: usize) -> Stats {
     let mut times = Vec::new();
@@ -381,6 +405,10 @@ fn main() {
         )
     };
     row("child start-up alone (spawn → child running)", &startup);
+    row(
+        "child stop alone (SIGTERM → reaped)",
+        &child_stop(&exe, &dir, 20),
+    );
     let mut overlaps = 0;
     for (k, rounds) in [(3, 15), (20, 10), (100, 10)] {
         let (s, overlap) = bench.handovers(k, rounds);
