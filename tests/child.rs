@@ -339,7 +339,8 @@ fn kill_9_of_leaderd_takes_the_child_and_grandchildren_along_even_after_idling()
         .map(|e| e.pid)
         .collect();
     // Longer than tokio's 10s blocking-thread keep-alive: a parent-death
-    // signal tied to a retired thread would have killed the child by now.
+    // signal tied to a retired thread would have killed the child by now;
+    // leaderd's guard must not.
     std::thread::sleep(Duration::from_secs(11));
     assert!(
         pids.iter().all(|p| alive(*p)),

@@ -69,6 +69,8 @@ enum Phase {
 
 struct Supervisor {
     spec: ChildSpec,
+    /// A guard spawned ahead of time for the next child.
+    standby: Option<process::Guard>,
     metrics: Arc<Metrics>,
     events: mpsc::UnboundedSender<WorkEvent>,
     phase: Phase,
@@ -94,11 +96,13 @@ pub async fn supervise(
     };
     let mut s = Supervisor {
         spec,
+        standby: None,
         metrics,
         events,
         phase: Phase::Idle,
         restarts: 0,
     };
+    s.prepare_standby();
     loop {
         let timer = s.next_timer();
         tokio::select! {
@@ -171,7 +175,15 @@ impl Supervisor {
             env_set: &env_set,
             env_remove: &["LEADERD_REDIS_URL", "LEADERD_WEBHOOK_SECRET"],
         };
-        match process::spawn(&spec) {
+        let guard = match self.standby.take().map_or_else(process::spawn_guard, Ok) {
+            Ok(guard) => guard,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the child's guard process");
+                self.after_exit(127, Instant::now(), fencing_token);
+                return;
+            }
+        };
+        match process::spawn(&spec, guard) {
             Ok(group) => {
                 tracing::info!(pid = group.child, fencing_token, command = %self.spec.program.display(), "child started");
                 self.phase = Phase::Running {
@@ -349,6 +361,7 @@ impl Supervisor {
                 group.dismiss_guard();
                 let then = *then;
                 self.phase = Phase::Idle;
+                self.prepare_standby();
                 match then {
                     Then::ReportStopped => self.emit(WorkEvent::Stopped),
                     Then::ReportExited { exit, code } => {
@@ -367,6 +380,18 @@ impl Supervisor {
         }
     }
 
+    /// Spawns the guard for the next child now, while nothing waits for it.
+    fn prepare_standby(&mut self) {
+        if self.standby.is_none() {
+            match process::spawn_guard() {
+                Ok(guard) => self.standby = Some(guard),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start a standby guard; will try when the child starts")
+                }
+            }
+        }
+    }
+
     /// On the way out: nothing may survive leaderd.
     fn kill_everything(&mut self) {
         if let Phase::Running { group, .. } | Phase::Stopping { group, .. } = &mut self.phase {
@@ -374,6 +399,7 @@ impl Supervisor {
             group.dismiss_guard();
         }
         self.phase = Phase::Idle;
+        self.standby = None;
         process::reap_all();
     }
 }

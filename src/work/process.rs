@@ -1,15 +1,15 @@
-//! Process plumbing for the child (Linux): spawning it in its own process
-//! group behind a guard, signalling the group, reaping, and finding
-//! stragglers in `/proc`.
+//! Process plumbing for the child (Linux): spawning it in a process group
+//! behind a guard, signalling the group, reaping, and finding stragglers in
+//! `/proc`.
 //!
-//! The child leads its own process group, and a *guard* joins it: leaderd
-//! re-executed as `leaderd __guard`, whose stdin is the read end of a
-//! lifeline pipe only leaderd can write to. When leaderd dies, however it
-//! dies, the kernel closes that pipe, the guard reads EOF and SIGKILLs the
-//! whole group, grandchildren included. While the guard lives the group
-//! exists, so its ID cannot be reused and signalling it never hits a stranger. The child itself also gets a parent-death SIGKILL as a second
-//! layer; that signal fires when the spawning *thread* exits, which is why
-//! children are spawned only from the runtime's main thread.
+//! The group is led by a *guard*: leaderd re-executed as `leaderd __guard`,
+//! whose stdin is the read end of a lifeline pipe only leaderd can write to.
+//! When leaderd dies, however it dies, the kernel closes that pipe, the guard
+//! reads EOF and SIGKILLs the whole group, grandchildren included. While the
+//! guard lives the group exists, so its ID cannot be reused and signalling it
+//! never hits a stranger. A pipe the kernel closes is also immune to the trap
+//! of `PR_SET_PDEATHSIG`, which fires when the spawning *thread* exits.
+//! Guards are spawned ahead of time, so a handover pays for one `posix_spawn`.
 
 use std::ffi::OsString;
 use std::io::PipeWriter;
@@ -17,13 +17,22 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// A running child, the process group it leads, and the guard in that group.
+/// A guard process leading an (otherwise empty) process group, waiting for a
+/// child to join it. Spawned ahead of time, so that starting the work at a
+/// handover is a single `posix_spawn`.
+#[derive(Debug)]
+pub struct Guard {
+    pid: i32,
+    /// Dropping it tells the guard to kill its group, itself included.
+    lifeline: PipeWriter,
+}
+
+/// A running child in its guard's process group.
 #[derive(Debug)]
 pub struct Group {
-    /// The process group ID, which is the child's PID.
+    /// The process group ID, which is the guard's PID.
     pub pgid: i32,
     pub child: i32,
-    pub guard: i32,
     /// Dropping it tells the guard to kill whatever is left in the group.
     lifeline: Option<PipeWriter>,
 }
@@ -55,41 +64,15 @@ const GUARD_IGNORES: [i32; 7] = [
     libc::SIGPIPE,
 ];
 
-/// Spawns the child as the leader of a new process group, then the guard
-/// into that group. The child comes first so that the guard's start-up is
-/// not on the path of a handover; a leaderd that dies in between takes the
-/// child with it through the parent-death signal.
-pub fn spawn(spec: &Spec<'_>) -> std::io::Result<Group> {
-    let parent = std::process::id() as i32;
-    let mut cmd = Command::new(spec.program);
-    cmd.args(spec.args).stdin(Stdio::null()).process_group(0);
-    for name in spec.env_remove {
-        cmd.env_remove(name);
-    }
-    for (name, value) in spec.env_set {
-        cmd.env(name, value);
-    }
-    // SAFETY: only async-signal-safe calls (prctl, getppid, raise) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // leaderd may have died before the line above took effect.
-            if libc::getppid() != parent {
-                libc::raise(libc::SIGKILL);
-            }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn()?.id() as i32;
+/// Starts a guard in a new process group of its own.
+pub fn spawn_guard() -> std::io::Result<Guard> {
     let (reader, writer) = std::io::pipe()?;
     let mut guard = Command::new(std::env::current_exe()?);
     guard
         .arg(crate::work::guard::ARG)
         .stdin(Stdio::from(reader))
         .stdout(Stdio::null())
-        .process_group(child);
+        .process_group(0);
     // SAFETY: signal() is async-signal-safe; ignored dispositions survive exec.
     unsafe {
         guard.pre_exec(|| {
@@ -99,18 +82,33 @@ pub fn spawn(spec: &Spec<'_>) -> std::io::Result<Group> {
             Ok(())
         });
     }
-    match guard.spawn() {
-        Ok(guard) => Ok(Group {
-            pgid: child,
-            child,
-            guard: guard.id() as i32,
-            lifeline: Some(writer),
-        }),
-        Err(e) => {
-            signal_group(child, libc::SIGKILL);
-            Err(e)
-        }
+    Ok(Guard {
+        pid: guard.spawn()?.id() as i32,
+        lifeline: writer,
+    })
+}
+
+/// Starts the child in `guard`'s process group. No code runs between fork
+/// and exec, so this is a plain `posix_spawn`: the guard, alive before the
+/// child exists, is what ties the child's life to leaderd's.
+pub fn spawn(spec: &Spec<'_>, guard: Guard) -> std::io::Result<Group> {
+    let mut cmd = Command::new(spec.program);
+    cmd.args(spec.args)
+        .stdin(Stdio::null())
+        .process_group(guard.pid);
+    for name in spec.env_remove {
+        cmd.env_remove(name);
     }
+    for (name, value) in spec.env_set {
+        cmd.env(name, value);
+    }
+    // On failure the guard is dropped: it kills its empty group and exits.
+    let child = cmd.spawn()?.id() as i32;
+    Ok(Group {
+        pgid: guard.pid,
+        child,
+        lifeline: Some(guard.lifeline),
+    })
 }
 
 /// Sends `signal` to every process in the group. `false` if none is left.
@@ -185,7 +183,7 @@ fn processes(min_pid: i32) -> Vec<(i32, i32, i32)> {
 /// the guard, and processes adopted by leaderd (descendants that left the
 /// group and lost their parent).
 ///
-/// Everything in the work's tree was spawned after the child, whose PID is
+/// Everything in the work's tree was spawned after its guard, whose PID is
 /// `pgid`, so only higher PIDs are read, unless PIDs have wrapped around
 /// since (then every process is read). This keeps the check on a handover's
 /// path cheap on a busy host.
@@ -200,7 +198,7 @@ pub fn stragglers(group: &Group) -> Vec<i32> {
     };
     processes(min_pid)
         .into_iter()
-        .filter(|&(pid, ppid, pgrp)| pid != group.guard && (pgrp == group.pgid || ppid == me))
+        .filter(|&(pid, ppid, pgrp)| pid != group.pgid && (pgrp == group.pgid || ppid == me))
         .map(|(pid, _, _)| pid)
         .collect()
 }
