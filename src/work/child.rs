@@ -20,6 +20,8 @@ const STRAGGLER_POLL: Duration = Duration::from_millis(20);
 /// Restart backoff: 1 s doubling up to 30 s; reset once a run lasted 30 s.
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_CAP: Duration = Duration::from_secs(30);
+/// How long after start-up or a term's end the next guard is spawned.
+const STANDBY_DELAY: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone)]
 pub struct ChildSpec {
@@ -71,6 +73,9 @@ struct Supervisor {
     spec: ChildSpec,
     /// A guard spawned ahead of time for the next child.
     standby: Option<process::Guard>,
+    /// When to spawn the standby guard: a moment after a term ends or
+    /// leaderd starts, so its exec never competes with a handover.
+    standby_due: Option<Instant>,
     metrics: Arc<Metrics>,
     events: mpsc::UnboundedSender<WorkEvent>,
     phase: Phase,
@@ -97,12 +102,12 @@ pub async fn supervise(
     let mut s = Supervisor {
         spec,
         standby: None,
+        standby_due: Some(Instant::now() + STANDBY_DELAY),
         metrics,
         events,
         phase: Phase::Idle,
         restarts: 0,
     };
-    s.prepare_standby();
     loop {
         let timer = s.next_timer();
         tokio::select! {
@@ -129,7 +134,7 @@ async fn sleep_until(at: Option<Instant>) {
 
 impl Supervisor {
     fn next_timer(&self) -> Option<Instant> {
-        match &self.phase {
+        let phase = match &self.phase {
             Phase::BackingOff { until, .. } => Some(*until),
             Phase::Stopping {
                 kill_at, killed, ..
@@ -138,6 +143,10 @@ impl Supervisor {
                 Some(if *killed { poll } else { poll.min(*kill_at) })
             }
             _ => None,
+        };
+        match (phase, self.standby_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -175,15 +184,13 @@ impl Supervisor {
             env_set: &env_set,
             env_remove: &["LEADERD_REDIS_URL", "LEADERD_WEBHOOK_SECRET"],
         };
-        let guard = match self.standby.take().map_or_else(process::spawn_guard, Ok) {
-            Ok(guard) => guard,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start the child's guard process");
-                self.after_exit(127, Instant::now(), fencing_token);
-                return;
-            }
+        // A standby guard that died meanwhile (its group is gone) is replaced.
+        let spawned = match self.standby.take() {
+            Some(standby) => process::spawn(&spec, standby)
+                .or_else(|_| process::spawn_guard().and_then(|g| process::spawn(&spec, g))),
+            None => process::spawn_guard().and_then(|g| process::spawn(&spec, g)),
         };
-        match process::spawn(&spec, guard) {
+        match spawned {
             Ok(group) => {
                 tracing::info!(pid = group.child, fencing_token, command = %self.spec.program.display(), "child started");
                 self.phase = Phase::Running {
@@ -285,6 +292,11 @@ impl Supervisor {
                     self.metrics.child_exited();
                     *child_alive = false;
                 }
+                _ if self.standby.as_ref().is_some_and(|g| g.pid() == pid) => {
+                    tracing::warn!(pid, "the standby guard process died; starting another");
+                    self.standby = None;
+                    self.standby_due = Some(Instant::now() + STANDBY_DELAY);
+                }
                 _ => tracing::debug!(pid, code, "reaped a descendant"),
             }
         }
@@ -326,6 +338,10 @@ impl Supervisor {
 
     fn on_timer(&mut self) {
         let now = Instant::now();
+        if self.standby_due.is_some_and(|due| now >= due) {
+            self.standby_due = None;
+            self.prepare_standby();
+        }
         match &mut self.phase {
             Phase::BackingOff {
                 until,
@@ -361,7 +377,7 @@ impl Supervisor {
                 group.dismiss_guard();
                 let then = *then;
                 self.phase = Phase::Idle;
-                self.prepare_standby();
+                self.standby_due = Some(now + STANDBY_DELAY);
                 match then {
                     Then::ReportStopped => self.emit(WorkEvent::Stopped),
                     Then::ReportExited { exit, code } => {

@@ -27,6 +27,12 @@ pub struct Guard {
     lifeline: PipeWriter,
 }
 
+impl Guard {
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+}
+
 /// A running child in its guard's process group.
 #[derive(Debug)]
 pub struct Group {
