@@ -477,3 +477,53 @@ fn a_missing_command_is_an_error_at_start_up() {
         "{err}"
     );
 }
+
+/// Guard processes whose parent is `pid`.
+fn guards_of(pid: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 2..].split_whitespace().nth(1)?.parse::<u32>().ok());
+            String::from_utf8_lossy(&cmdline).contains("__guard") && ppid == Some(pid)
+        })
+        .count()
+}
+
+#[test]
+fn a_standby_guard_does_not_hold_up_the_stop() {
+    let dir = support::temp_dir("standby");
+    let log = dir.join("probe.log");
+    let probe = probe_child();
+    let mut a = Leaderd::run(
+        "a",
+        &[
+            "--lock-file",
+            p(&dir.join("l")),
+            "--stop-timeout",
+            "30s",
+            "--",
+            &probe,
+            p(&log),
+        ],
+    );
+    eventually(Duration::from_secs(5), "the child", || {
+        (!of_kind(&probe_events(&log), "start").is_empty()).then_some(())
+    });
+    // The child's guard, and the standby guard for the next term.
+    eventually(Duration::from_secs(5), "two guards", || {
+        (guards_of(a.pid()) == 2).then_some(())
+    });
+    a.signal("TERM");
+    let status = a.wait_exit(Duration::from_secs(10));
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "stopped well before the 30s stop timeout"
+    );
+}

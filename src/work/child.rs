@@ -365,7 +365,7 @@ impl Supervisor {
                     process::signal_group(group.pgid, libc::SIGKILL);
                     *killed = true;
                 }
-                let stragglers = process::stragglers(group);
+                let stragglers = process::stragglers(group, self.standby.as_ref());
                 if *killed {
                     for pid in &stragglers {
                         process::signal_process(*pid, libc::SIGKILL);

@@ -187,13 +187,15 @@ fn processes(min_pid: i32) -> Vec<(i32, i32, i32)> {
 
 /// Live processes that belong to the work: members of the group other than
 /// the guard, and processes adopted by leaderd (descendants that left the
-/// group and lost their parent).
+/// group and lost their parent), except the standby guard for the next term,
+/// which is leaderd's own child too.
 ///
 /// Everything in the work's tree was spawned after its guard, whose PID is
 /// `pgid`, so only higher PIDs are read, unless PIDs have wrapped around
 /// since (then every process is read). This keeps the check on a handover's
 /// path cheap on a busy host.
-pub fn stragglers(group: &Group) -> Vec<i32> {
+pub fn stragglers(group: &Group, standby: Option<&Guard>) -> Vec<i32> {
+    let spare = standby.map_or(0, Guard::pid);
     let me = std::process::id() as i32;
     let last_pid = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
         .ok()
@@ -204,7 +206,9 @@ pub fn stragglers(group: &Group) -> Vec<i32> {
     };
     processes(min_pid)
         .into_iter()
-        .filter(|&(pid, ppid, pgrp)| pid != group.pgid && (pgrp == group.pgid || ppid == me))
+        .filter(|&(pid, ppid, pgrp)| {
+            pid != group.pgid && pid != spare && (pgrp == group.pgid || ppid == me)
+        })
         .map(|(pid, _, _)| pid)
         .collect()
 }
