@@ -4,7 +4,7 @@
 //!
 //! Only an optimisation: a missed message (reconnect, slow subscriber) costs
 //! latency, never correctness, because every waiter also has a timer. After
-//! every (re)subscription a notification is sent anyway, since a release may
+//! every re-subscription a notification is sent anyway, since a release may
 //! have happened while the subscription was down.
 
 use futures_util::StreamExt;
@@ -30,11 +30,13 @@ pub fn watch(
     stop: CancellationToken,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
+        let mut resubscribing = false;
         loop {
             let outcome = tokio::select! {
                 _ = stop.cancelled() => return,
-                outcome = listen(&source, &notices) => outcome,
+                outcome = listen(&source, &notices, resubscribing) => outcome,
             };
+            resubscribing = true;
             match outcome {
                 Ok(()) => return, // nobody listens any more
                 Err(e) => tracing::debug!(error = %e, "release subscription lost; resubscribing"),
@@ -50,6 +52,7 @@ pub fn watch(
 async fn listen(
     source: &ReleaseChannel,
     notices: &mpsc::UnboundedSender<()>,
+    resubscribing: bool,
 ) -> Result<(), String> {
     let connect = tokio::time::timeout(source.timeout, source.client.get_async_pubsub());
     let mut pubsub = connect
@@ -60,7 +63,7 @@ async fn listen(
         .await
         .map_err(|_| "subscribe timed out".to_string())?
         .map_err(|e| e.to_string())?;
-    if notices.send(()).is_err() {
+    if resubscribing && notices.send(()).is_err() {
         return Ok(());
     }
     let mut messages = pubsub.into_on_message();

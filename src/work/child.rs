@@ -137,10 +137,19 @@ impl Supervisor {
         let phase = match &self.phase {
             Phase::BackingOff { until, .. } => Some(*until),
             Phase::Stopping {
-                kill_at, killed, ..
+                kill_at,
+                killed,
+                child_alive,
+                ..
             } => {
                 let poll = Instant::now() + STRAGGLER_POLL;
-                Some(if *killed { poll } else { poll.min(*kill_at) })
+                Some(if *killed {
+                    poll
+                } else if *child_alive {
+                    *kill_at
+                } else {
+                    poll.min(*kill_at)
+                })
             }
             _ => None,
         };
@@ -364,6 +373,11 @@ impl Supervisor {
                     );
                     process::signal_group(group.pgid, libc::SIGKILL);
                     *killed = true;
+                }
+                // While the child lives and no SIGKILL is due, there is nothing
+                // to scan for: the stop signal went to the whole group.
+                if *child_alive && !*killed {
+                    return;
                 }
                 let stragglers = process::stragglers(group, self.standby.as_ref());
                 if *killed {

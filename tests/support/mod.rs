@@ -236,7 +236,8 @@ impl Leaderd {
     }
 
     pub fn log(&self) -> Vec<String> {
-        self.log.lock().expect("log lock").clone()
+        let lines = self.log.lock().expect("log lock");
+        lines.iter().filter(|l| *l != END_OF_LOG).cloned().collect()
     }
 
     pub fn wait_log(&self, limit: Duration, needle: &str) -> String {
@@ -249,11 +250,21 @@ impl Leaderd {
         send_signal(self.pid(), signal);
     }
 
+    /// Waits for the process to exit and for its log to be read to the end.
     pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
         let id = self.id.clone();
-        eventually(limit, &format!("{id} to exit"), || {
+        let status = eventually(limit, &format!("{id} to exit"), || {
             self.child.try_wait().expect("try_wait")
-        })
+        });
+        let log = self.log.clone();
+        eventually(limit, &format!("{id}'s log to end"), || {
+            log.lock()
+                .expect("log lock")
+                .last()
+                .filter(|l| *l == END_OF_LOG)
+                .map(|_| ())
+        });
+        status
     }
 
     pub fn running(&mut self) -> bool {
@@ -267,6 +278,9 @@ impl Drop for Leaderd {
         let _ = self.child.wait();
     }
 }
+
+/// Pushed by the reader after the last line of a process's stderr.
+const END_OF_LOG: &str = "\u{0}end of log";
 
 /// Runs `leaderd ARGS...` in a clean environment and collects stderr lines.
 pub fn spawn(args: &[&str]) -> (Child, Arc<Mutex<Vec<String>>>) {
@@ -289,6 +303,7 @@ pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> (Child, Arc<Mutex<
         for line in BufReader::new(err).lines().map_while(Result::ok) {
             sink.lock().expect("log lock").push(line);
         }
+        sink.lock().expect("log lock").push(END_OF_LOG.to_string());
     });
     (child, log)
 }
