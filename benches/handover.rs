@@ -304,10 +304,12 @@ fn command_calls(redis: &Redis) -> (f64, f64) {
     )
 }
 
-/// The probe alone: spawn → its start record.
-fn child_startup(exe: &str, dir: &Path, runs: usize) -> Stats {
-    let file = dir.join("startup.probe");
-    let mut times = Vec::new();
+/// The probe alone, `runs` times: (spawn → running, SIGTERM → reaped).
+/// A graceful handover contains both, since the lease is released only after
+/// the old child was reaped.
+fn child_alone(exe: &str, dir: &Path, runs: usize) -> (Stats, Stats) {
+    let file = dir.join("alone.probe");
+    let (mut startups, mut stops) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let t0 = mono_ns();
         let mut child = Command::new(exe)
@@ -318,35 +320,14 @@ fn child_startup(exe: &str, dir: &Path, runs: usize) -> Stats {
         let started = eventually(Duration::from_secs(10), "the probe", || {
             starts_after(&file, t0)
         });
-        times.push(ms(started - t0));
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    stats(times)
-}
-
-/// The probe alone: SIGTERM → reaped. A graceful handover contains this,
-/// since the lease is released only after the old child was reaped.
-fn child_stop(exe: &str, dir: &Path, runs: usize) -> Stats {
-    let file = dir.join("stop.probe");
-    let mut times = Vec::new();
-    for _ in 0..runs {
-        let t0 = mono_ns();
-        let mut child = Command::new(exe)
-            .args([PROBE, file.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("probe");
-        eventually(Duration::from_secs(10), "the probe", || {
-            starts_after(&file, t0)
-        });
+        startups.push(ms(started - t0));
         let signalled = mono_ns();
         // SAFETY: plain syscall on our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let _ = child.wait();
-        times.push(ms(mono_ns() - signalled));
+        stops.push(ms(mono_ns() - signalled));
     }
-    stats(times)
+    (stats(startups), stats(stops))
 }
 
 /// leaderd spawned → its child runs (first acquire on an empty Redis).
@@ -389,7 +370,7 @@ fn main() {
         dir: dir.clone(),
         next_id: 0,
     };
-    let startup = child_startup(&exe, &dir, 20);
+    let (startup, stop) = child_alone(&exe, &dir, 20);
     println!(
         "# leaderd handover benchmark ({} cores, redis-server {})",
         num_cpus(),
@@ -405,10 +386,7 @@ fn main() {
         )
     };
     row("child start-up alone (spawn → child running)", &startup);
-    row(
-        "child stop alone (SIGTERM → reaped)",
-        &child_stop(&exe, &dir, 20),
-    );
+    row("child stop alone (SIGTERM → reaped)", &stop);
     let mut overlaps = 0;
     for (k, rounds) in [(3, 15), (20, 10), (100, 10)] {
         let (s, overlap) = bench.handovers(k, rounds);

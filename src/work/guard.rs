@@ -10,15 +10,9 @@ pub const ARG: &str = "__guard";
 /// process group, itself included. Ignores the signals leaderd sends to the
 /// group to stop or notify the child, so it outlives the child's stop.
 pub fn main() -> ! {
-    for signal in [
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGQUIT,
-        libc::SIGHUP,
-        libc::SIGUSR1,
-        libc::SIGUSR2,
-        libc::SIGPIPE,
-    ] {
+    // Already ignored from birth (set before exec); repeated in case the
+    // guard was started some other way.
+    for signal in super::process::GUARD_IGNORES {
         // SAFETY: setting a disposition to SIG_IGN before any other thread exists.
         unsafe {
             libc::signal(signal, libc::SIG_IGN);

@@ -60,7 +60,7 @@ pub struct Spec<'a> {
 
 /// The signals leaderd sends to the child's group to stop or notify it; the
 /// guard ignores them from birth.
-const GUARD_IGNORES: [i32; 7] = [
+pub(crate) const GUARD_IGNORES: [i32; 7] = [
     libc::SIGTERM,
     libc::SIGINT,
     libc::SIGQUIT,
