@@ -237,12 +237,24 @@ fn describe_peek(key: &str, peek: &Peek) -> String {
     format!("{key}: held by {who}, fencing token {token}, {left}")
 }
 
-/// `leaderd check`: the effective configuration, then a look at the backend.
-pub async fn check(config: Config) -> Result<ExitCode, Failure> {
+/// `leaderd check --offline`: the effective configuration, validated, with
+/// no connection to the backend.
+pub fn check_offline(config: Config) -> Result<ExitCode, Failure> {
+    describe_config(&config);
+    println!("# ok: configuration is valid (--offline: the backend was not contacted)");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn describe_config(config: &Config) {
     print!("{}", config.describe());
     if let BackendConfig::LockFile { implicit: true, .. } = &config.backend {
         println!("# note: no backend configured; the lock file coordinates this host only");
     }
+}
+
+/// `leaderd check`: the effective configuration, then a look at the backend.
+pub async fn check(config: Config) -> Result<ExitCode, Failure> {
+    describe_config(&config);
     let mut backend = backend(&config)?;
     let peek = backend.peek().await.map_err(Failure::Backend)?;
     println!(

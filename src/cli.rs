@@ -7,9 +7,23 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
+/// Shown by `leaderd --help` and in leaderd(1).
+const AFTER_LONG_HELP: &str = "\
+Exit status:
+  0  clean shutdown after SIGTERM/SIGINT, the lease released; `status`: the lease is held
+  1  fatal runtime error; `status`/`check`: the backend is unreachable
+  2  usage or configuration error (the message names the flag, env var or file key)
+  3  `status`: the lease is vacant
+  with on_child_exit = exit: the child's exit code (128+N if it was killed by signal N)
+
+Every option also reads an environment variable (LEADERD_*) and a TOML key;
+precedence is flag > environment > file > default. See `leaderd run --help`.
+
+Documentation: README.md and config/leaderd.example.toml in the source tree.";
+
 /// leaderd: a leader-election sidecar. Many copies contend for a lease; the winner is the leader.
 #[derive(Debug, Parser)]
-#[command(name = "leaderd", version, about, long_about = None)]
+#[command(name = "leaderd", version, about, long_about = None, after_long_help = AFTER_LONG_HELP)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -24,7 +38,11 @@ pub enum Command {
     Status(StatusArgs),
     /// Validate the configuration and timing, reach the backend, print the
     /// effective configuration with secrets redacted.
-    Check(ConfigArgs),
+    Check(CheckArgs),
+    /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff), e.g. `leaderd manpage > leaderd.1`.
+    Manpage(ManpageArgs),
 }
 
 #[derive(Debug, Args)]
@@ -34,6 +52,34 @@ pub struct RunArgs {
     /// The command to run while leader (after `--`).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Validate only; do not contact the backend (for CI and image builds).
+    #[arg(long)]
+    pub offline: bool,
+    /// The command `run` would start (after `--`), so a `run` command line can
+    /// be checked as it stands by replacing `run` with `check`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to print completions for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManpageArgs {
+    /// Write one page per command (leaderd.1, leaderd-run.1, …) into DIR
+    /// instead of printing leaderd.1.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

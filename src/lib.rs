@@ -10,6 +10,7 @@
 //!   its actions against [`lease`] (Redis or lock file) and [`work`].
 //! - [`status`]: the snapshot the runner publishes; [`http`] serves it, with
 //!   [`metrics`].
+//! - [`reference`]: completions and man pages from the clap definitions.
 //! - [`shutdown`]: signals → one cancellation token; [`telemetry`]: logs.
 
 pub mod app;
@@ -19,6 +20,7 @@ pub mod http;
 pub mod lease;
 pub mod machine;
 pub mod metrics;
+pub mod reference;
 pub mod runner;
 pub mod shutdown;
 pub mod status;

@@ -4,7 +4,7 @@ use clap::Parser;
 use leaderd::app::{self, Failure};
 use leaderd::cli::{Cli, Command, ConfigArgs};
 use leaderd::config::Config;
-use leaderd::telemetry;
+use leaderd::{reference, telemetry};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -18,7 +18,9 @@ fn main() -> ExitCode {
     let (args, command): (&ConfigArgs, &[String]) = match &cli.command {
         Command::Run(run) => (&run.config, &run.command),
         Command::Status(status) => (&status.config, &[]),
-        Command::Check(check) => (check, &[]),
+        Command::Check(check) => (&check.config, &check.command),
+        Command::Completions(c) => return reference::completions(c.shell),
+        Command::Manpage(m) => return reference::manpage(m.dir.as_deref()),
     };
     let config = match Config::load(args, command) {
         Ok(config) => config,
@@ -42,7 +44,11 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(_) => app::run(config).await,
             Command::Status(s) => app::status(config, s.json).await,
+            Command::Check(c) if c.offline => app::check_offline(config),
             Command::Check(_) => app::check(config).await,
+            Command::Completions(_) | Command::Manpage(_) => {
+                unreachable!("answered before the config is loaded")
+            }
         }
     });
     match outcome {

@@ -265,3 +265,69 @@ fn json_logs_parse_and_transitions_carry_their_fields() {
     // idle→acquiring→working, then working→pausing→releasing→idle on SIGTERM.
     assert!(transitions >= 5, "{lines:#?}");
 }
+
+#[test]
+fn check_offline_validates_a_run_command_line_without_a_backend() {
+    // Nothing listens on this port: --offline must not try it.
+    let url = format!("redis://user:pw123@127.0.0.1:{}", support::free_port());
+    let (code, out, err) = run_to_end(&[
+        "check",
+        "--offline",
+        "--redis",
+        &url,
+        "--key",
+        "jobs",
+        "--",
+        "worker",
+        "--flag",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("child.command = [\"worker\", \"--flag\"]  # the command after --"),
+        "{out}"
+    );
+    assert!(
+        out.contains("# ok: configuration is valid (--offline"),
+        "{out}"
+    );
+    assert!(!out.contains("pw123"), "{out}");
+
+    let (code, _, err) = run_to_end(&[
+        "check",
+        "--offline",
+        "--ttl",
+        "1s",
+        "--renew-interval",
+        "2s",
+    ]);
+    assert_eq!(code, 2, "offline still validates: {err}");
+    assert!(err.contains("--renew-interval"), "{err}");
+}
+
+#[test]
+fn completions_and_manual_pages_come_from_the_command_line_definition() {
+    let (code, bash, err) = run_to_end(&["completions", "bash"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        bash.contains("--renew-deadline") && bash.contains("leaderd"),
+        "{bash}"
+    );
+    let (code, _, err) = run_to_end(&["completions", "tcsh"]);
+    assert_eq!(code, 2, "an unknown shell is a usage error: {err}");
+
+    let (code, page, err) = run_to_end(&["manpage"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(page.starts_with(".ie \\n(.g .ds Aq"), "roff: {page}");
+    assert!(page.contains("Exit status"), "{page}");
+    let dir = support::temp_dir("man");
+    let (code, _, err) = run_to_end(&["manpage", "--dir", support::path_str(&dir)]);
+    assert_eq!(code, 0, "{err}");
+    let run_page = std::fs::read_to_string(dir.join("leaderd-run.1")).unwrap();
+    assert!(run_page.contains("renew\\-deadline"), "{run_page}");
+    let (code, _, err) = run_to_end(&["manpage", "--dir", "/nonexistent/leaderd-man"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("cannot write the manual pages into /nonexistent/leaderd-man"),
+        "{err}"
+    );
+}
