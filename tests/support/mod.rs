@@ -297,14 +297,41 @@ pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> (Child, Arc<Mutex<
         .spawn()
         .expect("spawn leaderd");
     let log = Arc::new(Mutex::new(Vec::new()));
-    let sink = log.clone();
     let err = child.stderr.take().expect("piped");
+    collect_lines(err, &log);
+    (child, log)
+}
+
+/// Reads `from` line by line into `into` on a thread, then marks the end.
+fn collect_lines(from: impl std::io::Read + Send + 'static, into: &Arc<Mutex<Vec<String>>>) {
+    let sink = into.clone();
     std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
+        for line in BufReader::new(from).lines().map_while(Result::ok) {
             sink.lock().expect("log lock").push(line);
         }
         sink.lock().expect("log lock").push(END_OF_LOG.to_string());
     });
+}
+
+/// Runs the example program `name` (see [`example`]) with `env`, collecting
+/// its stdout and stderr lines; wrap it with [`Leaderd::attach`] to await them.
+pub fn spawn_example(
+    name: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, Arc<Mutex<Vec<String>>>) {
+    let mut child = Command::new(example(name))
+        .args(args)
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the example");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    collect_lines(child.stdout.take().expect("piped"), &log);
+    collect_lines(child.stderr.take().expect("piped"), &log);
     (child, log)
 }
 
@@ -371,21 +398,26 @@ pub fn key(name: &str) -> String {
     format!("t-{name}")
 }
 
-/// The probe child (`examples/probe_child.rs`), built by `scripts/test` with
-/// `cargo build --examples` into `target/<profile>/examples/`.
+/// The probe child (`examples/probe_child.rs`).
 pub fn probe_child() -> String {
+    example("probe_child")
+}
+
+/// An example program, built by `scripts/test` with `cargo build --examples`
+/// into `target/<profile>/examples/`.
+pub fn example(name: &str) -> String {
     let exe = std::env::current_exe().expect("test binary path");
     let debug = exe
         .parent()
         .and_then(Path::parent)
         .expect("target/<profile>");
-    let probe = debug.join("examples").join("probe_child");
+    let path = debug.join("examples").join(name);
     assert!(
-        probe.exists(),
+        path.exists(),
         "{} missing: run the tests with scripts/test, or `cargo build --examples` first",
-        probe.display()
+        path.display()
     );
-    probe.to_str().expect("utf-8 path").to_string()
+    path.to_str().expect("utf-8 path").to_string()
 }
 
 /// One line of a probe log.
