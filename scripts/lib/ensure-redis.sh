@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/test and scripts/bench: installs redis-server (Debian's
 # package) when it is missing, since tests and benchmarks start real servers.
 if ! command -v redis-server >/dev/null 2>&1; then

@@ -99,6 +99,20 @@ pub struct Sources<'a> {
 
 const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
 
+/// The kernel's host name, asked with gethostname(2) so it needs no /proc
+/// (a chroot, or a unit with ProcSubset=pid, has none).
+fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let name = String::from_utf8_lossy(&buf[..end]).trim().to_string();
+    (!name.is_empty()).then_some(name)
+}
+
 impl Config {
     /// Reads the real environment and the config file, then validates.
     pub fn load(args: &ConfigArgs, command: &[String]) -> Result<Config, ConfigError> {
@@ -107,10 +121,7 @@ impl Config {
             Some(path) => Some(read_config_file(&path)?),
             None => None,
         };
-        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
-            .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty());
+        let hostname = host_name();
         Config::from_sources(Sources {
             args,
             command,
