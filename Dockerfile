@@ -36,7 +36,8 @@ COPY --from=build /out/rootfs/ /
 USER 65532:65532
 # Listen on all interfaces: inside a container 127.0.0.1 is unreachable from
 # the kubelet's probes and from the host. A flag or LEADERD_HTTP overrides it.
-ENV LEADERD_HTTP=0.0.0.0:4040
+ENV LEADERD_HTTP=0.0.0.0:4040 \
+    PATH=/usr/local/bin
 EXPOSE 4040
 ENTRYPOINT ["/usr/local/bin/leaderd"]
 CMD ["run"]
