@@ -283,8 +283,11 @@ async fn exercise_scripts(config: &Config) -> Result<(), Failure> {
         // Another `check` is running right now: acquire was still exercised.
         lease::Acquire::Held { .. } => {}
     }
+    if let lease::Backend::Redis(redis) = &scratch {
+        redis.probe_wake_queue().await.map_err(Failure::Backend)?;
+    }
     println!(
-        "# ok: acquire, renew and release run as the configured user (scratch key leaderd:{{{}}}:lease)",
+        "# ok: acquire, renew, release and the wait for wake-ups run as the configured user (scratch key leaderd:{{{}}}:lease)",
         scratch_config.key
     );
     Ok(())

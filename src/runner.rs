@@ -69,9 +69,9 @@ pub async fn run(
     let (report_tx, mut reports) = mpsc::unbounded_channel();
     let (notice_tx, mut notices) = mpsc::unbounded_channel();
     let stop_watching = CancellationToken::new();
-    let watcher = backend.release_channel().map(|channel| {
+    let watcher = backend.wake_queue().map(|queue| {
         lease::notify::watch(
-            channel,
+            queue,
             config.timing.retry_interval,
             notice_tx,
             stop_watching.clone(),

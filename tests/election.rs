@@ -266,3 +266,75 @@ fn waiters_look_again_only_when_the_lease_would_expire() {
         "three looks in {took:?}: the waiter polls"
     );
 }
+
+/// How many clients are blocked in BLPOP right now.
+fn blocked_in_blpop(redis: &Redis) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut redis.conn())
+        .expect("CLIENT LIST");
+    list.lines().filter(|l| l.contains("cmd=blpop")).count()
+}
+
+#[test]
+fn a_release_wakes_a_few_waiters_and_is_announced_on_the_channel() {
+    let redis = Redis::start();
+    let key = support::key("wake");
+    let wake_key = format!("leaderd:{{{key}}}:wake");
+    let mut leader = start(&redis, &key, "releaser", &[]);
+    eventually(Duration::from_secs(5), "releaser to lead", || {
+        leader.is_leader().then_some(())
+    });
+    // The leader's own wait is first in Redis's queue of blocked clients.
+    eventually(Duration::from_secs(5), "the leader's BLPOP", || {
+        (blocked_in_blpop(&redis) == 1).then_some(())
+    });
+    // Five stand-in waiters, blocked after it, and one channel subscriber.
+    let (popped_tx, popped) = std::sync::mpsc::channel();
+    for _ in 0..5 {
+        let mut conn = redis.conn();
+        let (tx, wake_key) = (popped_tx.clone(), wake_key.clone());
+        std::thread::spawn(move || {
+            let got: Option<(String, String)> = redis::cmd("BLPOP")
+                .arg(&wake_key)
+                .arg(30)
+                .query(&mut conn)
+                .expect("BLPOP");
+            let _ = tx.send(got.map(|(_, id)| id));
+        });
+    }
+    let mut subscriber = redis.conn();
+    let mut pubsub = subscriber.as_pubsub();
+    pubsub
+        .subscribe(format!("leaderd:{{{key}}}:released"))
+        .expect("SUBSCRIBE");
+    eventually(Duration::from_secs(5), "all six BLPOPs", || {
+        (blocked_in_blpop(&redis) == 6).then_some(())
+    });
+
+    leader.signal("TERM");
+    assert!(leader.wait_exit(Duration::from_secs(5)).success());
+    let announced: String = pubsub
+        .get_message()
+        .expect("release announced")
+        .get_payload()
+        .expect("payload");
+    assert_eq!(announced, "releaser");
+    // Three entries: one to the releaser's own wait (ignored), two to the
+    // next waiters in line; the other three stay blocked, not woken.
+    for _ in 0..2 {
+        let got = popped
+            .recv_timeout(Duration::from_secs(5))
+            .expect("a waiter woken");
+        assert_eq!(got.as_deref(), Some("releaser"));
+    }
+    eventually(
+        Duration::from_secs(5),
+        "three waiters still blocked",
+        || (blocked_in_blpop(&redis) == 3).then_some(()),
+    );
+    assert!(
+        popped.try_recv().is_err(),
+        "only two stand-in waiters were woken"
+    );
+}

@@ -254,7 +254,8 @@ const APP_USER: &[&str] = &[
     "+del",
     "+time",
     "+publish",
-    "+subscribe",
+    "+rpush",
+    "+blpop",
     "+ping",
 ];
 
@@ -316,7 +317,9 @@ fn check_passes_for_a_permitted_user_and_names_a_missing_permission() {
     let (code, out, err) = run_to_end(&["check", "--redis", &ok, "--key", "acl"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
-        out.contains("# ok: acquire, renew and release run as the configured user"),
+        out.contains(
+            "# ok: acquire, renew, release and the wait for wake-ups run as the configured user"
+        ),
         "{out}"
     );
 
@@ -346,4 +349,23 @@ fn check_passes_for_a_permitted_user_and_names_a_missing_permission() {
         "{err}"
     );
     assert!(!err.contains("ro-pass"));
+
+    // Everything but the wait for wake-ups: waiters would still work, only
+    // slower, so `check` is where this shows.
+    let without_blpop: Vec<&str> = APP_USER
+        .iter()
+        .map(|a| match *a {
+            "app" => "noblpop",
+            "+blpop" => "-blpop",
+            other => other,
+        })
+        .collect();
+    redis.cmd(&without_blpop);
+    let url = format!("redis://noblpop:s3cr3t-pass@127.0.0.1:{}", redis.port);
+    let (code, out, err) = run_to_end(&["check", "--redis", &url, "--key", "acl"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("refused leaderd's credentials or permissions") && err.contains("blpop"),
+        "{err}"
+    );
 }

@@ -116,7 +116,7 @@ for _ in $(seq 50); do
 done
 online_check() {
   in_image "$runtime" /usr/local/bin/leaderd check --redis "redis://127.0.0.1:$port" --key image-check \
-    >"$work/check.out" 2>&1 && grep -q '^# ok: acquire, renew and release' "$work/check.out"
+    >"$work/check.out" 2>&1 && grep -q '^# ok: acquire, renew, release and the wait for wake-ups' "$work/check.out"
 }
 check "leaderd check in the image reaches a real Redis and runs its scripts" online_check
 

@@ -66,7 +66,7 @@ pub enum Error {
     #[error("cannot reach {backend}: {detail}")]
     Connection { backend: String, detail: String },
     #[error(
-        "{backend} refused leaderd's credentials or permissions: {detail}; check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +subscribe +ping"
+        "{backend} refused leaderd's credentials or permissions: {detail}; check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +rpush +blpop +ping"
     )]
     Misconfigured { backend: String, detail: String },
     #[error("unexpected reply from {backend}: {detail}")]
@@ -112,10 +112,10 @@ impl Backend {
         }
     }
 
-    /// Where releases are announced, for backends that announce them.
-    pub fn release_channel(&self) -> Option<notify::ReleaseChannel> {
+    /// Where waiters are woken on a release, for backends that wake them.
+    pub fn wake_queue(&self) -> Option<notify::WakeQueue> {
         match self {
-            Backend::Redis(r) => Some(r.release_channel()),
+            Backend::Redis(r) => Some(r.wake_queue()),
             Backend::File(_) => None,
         }
     }

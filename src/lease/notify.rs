@@ -1,45 +1,71 @@
-//! Release notifications: a subscription to `leaderd:{KEY}:released`, on
-//! which the releaser publishes in the same atomic step as its release, so
-//! waiting candidates try at once instead of at their next timer.
+//! Release wake-ups: each candidate keeps one `BLPOP` waiting on the list
+//! `leaderd:{KEY}:wake`; the release script pushes [`WAKE_COPIES`] entries
+//! in the same atomic step as the release, and Redis hands each entry to one
+//! blocked client, oldest first. So a release wakes a few waiters, not all
+//! of them: with a hundred candidates on two cores, waking every waiter at
+//! once (as a pub/sub message does) delays the one that wins by the time it
+//! takes to schedule all the others.
 //!
-//! Only an optimisation: a missed message (reconnect, slow subscriber) costs
-//! latency, never correctness, because every waiter also has a timer. After
-//! every re-subscription a notification is sent anyway, since a release may
-//! have happened while the subscription was down.
+//! Only an optimisation: a lost wake-up (reconnect, a waiter frozen while
+//! blocked) costs latency, never correctness, because every waiter also has
+//! a timer. After every reconnection a wake-up is sent anyway, since a
+//! release may have happened while the connection was down. The release is
+//! still published on `leaderd:{KEY}:released` for observers.
 
-use futures_util::StreamExt;
+use redis::AsyncConnectionConfig;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub struct ReleaseChannel {
+/// Entries pushed per release: more than one, so that a waiter that is frozen
+/// or just leaving, or the releaser's own `BLPOP`, cannot swallow the only
+/// wake-up; few, so that a release does not wake a crowd.
+pub const WAKE_COPIES: usize = 3;
+
+/// How long unclaimed entries stay: long enough for a waiter that was busy
+/// looking at the lease to block again and find one, short enough that a
+/// later waiter does not wake for an old release.
+pub const WAKE_LINGER: Duration = Duration::from_secs(2);
+
+/// How long one `BLPOP` blocks. Each one that times out is an idle command,
+/// so it is long; a connection that died silently is noticed after this.
+const BLOCK: Duration = Duration::from_secs(100);
+
+pub struct WakeQueue {
     pub client: redis::Client,
-    pub channel: String,
+    pub key: String,
     pub timeout: Duration,
-    /// Releases announced with this id are our own: a candidate that just
-    /// stepped down must not race to take the lease straight back.
+    /// Entries pushed by our own release: a candidate that just stepped down
+    /// must not race to take the lease straight back.
     pub own_id: String,
 }
 
-/// Watches the release channel until `stop`, sending `()` for every release.
+/// Waits on the wake list until `stop`, sending `()` for every wake-up.
 pub fn watch(
-    source: ReleaseChannel,
+    source: WakeQueue,
     retry: Duration,
     notices: mpsc::UnboundedSender<()>,
     stop: CancellationToken,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut resubscribing = false;
+        let mut reconnecting = false;
+        let mut warned = false;
         loop {
             let outcome = tokio::select! {
                 _ = stop.cancelled() => return,
-                outcome = listen(&source, &notices, resubscribing) => outcome,
+                outcome = listen(&source, &notices, reconnecting) => outcome,
             };
-            resubscribing = true;
+            reconnecting = true;
             match outcome {
                 Ok(()) => return, // nobody listens any more
-                Err(e) => tracing::debug!(error = %e, "release subscription lost; resubscribing"),
+                // Once loudly (an ACL without +blpop would otherwise go
+                // unnoticed: waiters still work, only slower), then quietly.
+                Err(e) if !warned => {
+                    warned = true;
+                    tracing::warn!(error = %e, "cannot wait for release wake-ups; waiters fall back to their timers until this works");
+                }
+                Err(e) => tracing::debug!(error = %e, "release wake-ups lost; reconnecting"),
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -49,31 +75,56 @@ pub fn watch(
     })
 }
 
+/// One short `BLPOP` as the configured user, so `leaderd check` can report
+/// a missing permission for it now.
+pub async fn probe(source: &WakeQueue) -> Result<(), redis::RedisError> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(source.timeout))
+        .set_response_timeout(Some(source.timeout));
+    let mut conn = source
+        .client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    redis::cmd("BLPOP")
+        .arg(&source.key)
+        .arg(0.01)
+        .query_async::<Option<(String, String)>>(&mut conn)
+        .await
+        .map(drop)
+}
+
 async fn listen(
-    source: &ReleaseChannel,
+    source: &WakeQueue,
     notices: &mpsc::UnboundedSender<()>,
-    resubscribing: bool,
+    reconnecting: bool,
 ) -> Result<(), String> {
-    let connect = tokio::time::timeout(source.timeout, source.client.get_async_pubsub());
-    let mut pubsub = connect
+    // No response timeout from redis-rs: a BLPOP is meant to wait. Each one
+    // is bounded below instead.
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(source.timeout))
+        .set_response_timeout(None);
+    let connect = source
+        .client
+        .get_multiplexed_async_connection_with_config(&config);
+    let mut conn = tokio::time::timeout(source.timeout, connect)
         .await
         .map_err(|_| "connect timed out".to_string())?
         .map_err(|e| e.to_string())?;
-    tokio::time::timeout(source.timeout, pubsub.subscribe(&source.channel))
-        .await
-        .map_err(|_| "subscribe timed out".to_string())?
-        .map_err(|e| e.to_string())?;
-    if resubscribing && notices.send(()).is_err() {
+    if reconnecting && notices.send(()).is_err() {
         return Ok(());
     }
-    let mut messages = pubsub.into_on_message();
-    while let Some(message) = messages.next().await {
-        if message.get_payload_bytes() == source.own_id.as_bytes() {
-            continue;
-        }
-        if notices.send(()).is_err() {
+    let mut blpop = redis::cmd("BLPOP");
+    blpop.arg(&source.key).arg(BLOCK.as_secs());
+    loop {
+        let waiting = blpop.query_async::<Option<(String, String)>>(&mut conn);
+        let popped = tokio::time::timeout(BLOCK + source.timeout, waiting)
+            .await
+            .map_err(|_| "no answer to BLPOP; the connection is presumed dead".to_string())?
+            .map_err(|e| e.to_string())?;
+        // None: the BLPOP timed out in Redis; block again.
+        let woken = popped.is_some_and(|(_, releaser)| releaser != source.own_id);
+        if woken && notices.send(()).is_err() {
             return Ok(());
         }
     }
-    Err("subscription closed".to_string())
 }

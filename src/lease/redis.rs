@@ -1,6 +1,7 @@
 //! The Redis lease: one key `leaderd:{KEY}:lease` holding
 //! `{"id", "fencing_token", "token"}` with a TTL, a counter
-//! `leaderd:{KEY}:fence`, and the channel `leaderd:{KEY}:released`. Every
+//! `leaderd:{KEY}:fence`, the wake list `leaderd:{KEY}:wake` (see
+//! [`super::notify`]) and the channel `leaderd:{KEY}:released`. Every
 //! operation is one Lua script, called by hash (reloaded after `NOSCRIPT`),
 //! under one overall timeout.
 
@@ -54,6 +55,7 @@ pub struct RedisLease {
     link: Link,
     lease_key: String,
     fence_key: String,
+    wake_key: String,
     channel: String,
     id_json: String,
     ttl_ms: u64,
@@ -80,14 +82,23 @@ struct Link {
     timeouts_in_a_row: u32,
 }
 
-/// The key names for an election (PRODUCT §5). The hash tag keeps them in one
-/// Cluster slot so one script may touch both.
-pub fn keys(key: &str) -> (String, String, String) {
-    (
-        format!("leaderd:{{{key}}}:lease"),
-        format!("leaderd:{{{key}}}:fence"),
-        format!("leaderd:{{{key}}}:released"),
-    )
+/// The names of an election's keys and channel (PRODUCT §5).
+pub struct Keys {
+    pub lease: String,
+    pub fence: String,
+    pub wake: String,
+    pub channel: String,
+}
+
+/// The hash tag keeps the keys in one Cluster slot so one script may touch
+/// them together.
+pub fn keys(key: &str) -> Keys {
+    Keys {
+        lease: format!("leaderd:{{{key}}}:lease"),
+        fence: format!("leaderd:{{{key}}}:fence"),
+        wake: format!("leaderd:{{{key}}}:wake"),
+        channel: format!("leaderd:{{{key}}}:released"),
+    }
 }
 
 impl RedisLease {
@@ -102,7 +113,12 @@ impl RedisLease {
             backend: url.redacted().to_string(),
             detail: e.to_string(),
         })?;
-        let (lease_key, fence_key, channel) = keys(key);
+        let Keys {
+            lease: lease_key,
+            fence: fence_key,
+            wake: wake_key,
+            channel,
+        } = keys(key);
         let scripts = Scripts::new();
         Ok(RedisLease {
             link: Link {
@@ -115,6 +131,7 @@ impl RedisLease {
             },
             lease_key,
             fence_key,
+            wake_key,
             channel,
             id_json: serde_json::to_string(id).expect("a string always serialises"),
             ttl_ms: ttl.as_millis() as u64,
@@ -128,13 +145,20 @@ impl RedisLease {
         self.link.url.clone()
     }
 
-    pub fn release_channel(&self) -> super::notify::ReleaseChannel {
-        super::notify::ReleaseChannel {
+    pub fn wake_queue(&self) -> super::notify::WakeQueue {
+        super::notify::WakeQueue {
             client: self.link.client.clone(),
-            channel: self.channel.clone(),
+            key: self.wake_key.clone(),
             timeout: self.link.timeout,
             own_id: serde_json::from_str(&self.id_json).expect("id_json is a JSON string"),
         }
+    }
+
+    /// Checks that waiters can block on the wake list (`leaderd check`).
+    pub async fn probe_wake_queue(&self) -> Result<(), Error> {
+        super::notify::probe(&self.wake_queue())
+            .await
+            .map_err(|e| classify(e, &self.link.url, self.link.timeout))
     }
 
     pub async fn acquire(&mut self) -> Result<Acquire, Error> {
@@ -193,7 +217,11 @@ impl RedisLease {
             return Ok(false);
         };
         let mut call = self.scripts.release.key(&self.lease_key);
-        call.arg(&token).arg(&self.channel);
+        call.key(&self.wake_key)
+            .arg(&token)
+            .arg(&self.channel)
+            .arg(super::notify::WAKE_COPIES)
+            .arg(super::notify::WAKE_LINGER.as_millis() as u64);
         let reply = self.link.invoke(&call).await?;
         self.token = None;
         match reply {
@@ -352,10 +380,11 @@ mod tests {
 
     #[test]
     fn keys_share_one_hash_tag() {
-        let (lease, fence, channel) = keys("jobs");
-        assert_eq!(lease, "leaderd:{jobs}:lease");
-        assert_eq!(fence, "leaderd:{jobs}:fence");
-        assert_eq!(channel, "leaderd:{jobs}:released");
+        let k = keys("jobs");
+        assert_eq!(k.lease, "leaderd:{jobs}:lease");
+        assert_eq!(k.fence, "leaderd:{jobs}:fence");
+        assert_eq!(k.wake, "leaderd:{jobs}:wake");
+        assert_eq!(k.channel, "leaderd:{jobs}:released");
     }
 
     #[test]

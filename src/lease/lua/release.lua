@@ -1,10 +1,19 @@
--- Release: KEYS[1] lease; ARGV[1] ownership token, ARGV[2] release channel.
--- Deletes the lease only if it is still ours and announces it in the same
--- atomic step, so waiters can try at once. Returns 1 if released, else 0.
+-- Release: KEYS[1] lease, KEYS[2] wake list; ARGV[1] ownership token,
+-- ARGV[2] release channel, ARGV[3] wake copies, ARGV[4] wake linger (ms).
+-- Deletes the lease only if it is still ours and, in the same atomic step,
+-- wakes a few waiters: each entry pushed on the wake list goes to one
+-- client blocked in BLPOP on it, oldest first. Also announces the release
+-- on the channel for observers. Returns 1 if released, else 0.
 local lease = held_by(KEYS[1])
 if lease and lease.token == ARGV[1] then
+  local id = lease.id or ''
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], lease.id or '')
+  redis.call('PUBLISH', ARGV[2], id)
+  redis.call('DEL', KEYS[2])
+  for _ = 1, tonumber(ARGV[3]) do
+    redis.call('RPUSH', KEYS[2], id)
+  end
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
   return 1
 end
 return 0
