@@ -80,10 +80,12 @@ check "runtime: nothing but /tmp is writable by the leaderd user" not_writable
 
 # The runtime image's environment (ENV lines), as a container would get it.
 mapfile -t image_env < <(inspect runtime '{{range .Config.Env}}{{println .}}{{end}}' | sed '/^$/d')
+# By its full path: the image's PATH replaces ours before chroot is found.
+chroot=$(command -v chroot)
 in_image() { # in_image ROOT COMMAND... : runs COMMAND inside ROOT as 65532
   local root=$1
   shift
-  env -i "${image_env[@]}" chroot --userspec=65532:65532 "$root" "$@"
+  env -i "${image_env[@]}" "$chroot" --userspec=65532:65532 "$root" "$@"
 }
 if ! in_image "$runtime" /usr/local/bin/leaderd --version >"$work/version" 2>&1; then
   if ! chroot / true 2>/dev/null; then
@@ -91,7 +93,8 @@ if ! in_image "$runtime" /usr/local/bin/leaderd --version >"$work/version" 2>&1;
     exit 77
   fi
 fi
-check "leaderd --version in the image prints 'leaderd $version'" grep -qx "leaderd $version" "$work/version"
+check "leaderd --version in the image prints 'leaderd $version'" grep -qx "leaderd $version" "$work/version" \
+  || sed 's/^/       /' "$work/version"
 
 compose_line() {
   in_image "$demo" /usr/local/bin/leaderd check --offline --redis redis://redis:6379 --key demo \
