@@ -146,9 +146,7 @@ fn a_slow_graceful_stop_keeps_the_lease_meanwhile() {
     let probe = probe_child();
     let child = [probe.as_str(), p(&log), "--term-delay", "3000"];
     let mut a = with_child(&redis, "slowstop", "a", FAST, &child);
-    eventually(Duration::from_secs(5), "a to lead", || {
-        a.is_leader().then_some(())
-    });
+    a.wait_leading(Duration::from_secs(5));
     let b = with_child(&redis, "slowstop", "b", FAST, &child);
     b.wait_log(Duration::from_secs(5), "lease held by another candidate");
     a.signal("TERM");
@@ -186,9 +184,7 @@ fn a_child_ignoring_sigterm_is_killed_at_stop_timeout_on_shutdown() {
         &["--ttl", "10s", "--stop-timeout", "1s"],
         &child,
     );
-    eventually(Duration::from_secs(5), "a to lead", || {
-        a.is_leader().then_some(())
-    });
+    a.wait_leading(Duration::from_secs(5));
     let pid = eventually(Duration::from_secs(5), "the child", || {
         of_kind(&probe_events(&log), "start").first().map(|e| e.pid)
     });
@@ -234,9 +230,7 @@ fn a_child_ignoring_sigterm_dies_before_a_lost_lease_could_be_won_elsewhere() {
         ],
         &child,
     );
-    eventually(Duration::from_secs(5), "a to lead", || {
-        a.is_leader().then_some(())
-    });
+    a.wait_leading(Duration::from_secs(5));
     let events = eventually(
         Duration::from_secs(5),
         "the child and grandchildren",
@@ -282,9 +276,7 @@ fn sh_c_descendants_are_all_gone_after_a_step_down() {
         FAST,
         &["sh", "-c", "sleep 1000 & sleep 1000"],
     );
-    eventually(Duration::from_secs(5), "a to lead", || {
-        a.is_leader().then_some(())
-    });
+    a.wait_leading(Duration::from_secs(5));
     let child_pid: i32 = a
         .wait_log(Duration::from_secs(5), "child started")
         .split("pid=")
@@ -401,9 +393,7 @@ fn on_child_exit_release_hands_the_lease_to_another_candidate() {
     let probe = probe_child();
     let quitter = [probe.as_str(), p(&log), "--exit-after", "300", "0"];
     let a = with_child(&redis, "release", "a", FAST, &quitter);
-    eventually(Duration::from_secs(5), "a to lead", || {
-        a.is_leader().then_some(())
-    });
+    a.wait_leading(Duration::from_secs(5));
     let b = with_child(&redis, "release", "b", FAST, &[probe.as_str(), p(&log)]);
     eventually(
         Duration::from_secs(5),

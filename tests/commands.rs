@@ -15,9 +15,7 @@ fn status_reports_holder_token_and_time_left() {
     assert_eq!(out.trim(), "st: vacant");
 
     let node = Leaderd::run("holder-1", &["--redis", &url, "--key", "st", "--ttl", "5s"]);
-    eventually(Duration::from_secs(5), "holder to lead", || {
-        node.is_leader().then_some(())
-    });
+    node.wait_leading(Duration::from_secs(5));
     let (_, body) = node.leader().unwrap();
     let token = body["fencing_token"].as_u64().unwrap();
     let (code, out, _) = run_to_end(&["status", "--redis", &url, "--key", "st"]);
@@ -130,9 +128,7 @@ fn lock_file_elects_one_and_hands_over_within_a_second_of_kill_9() {
     let lock = dir.join("jobs.lock");
     let lock = support::path_str(&lock);
     let mut a = Leaderd::run("a", &["--lock-file", lock]);
-    eventually(Duration::from_secs(5), "a to lead", || {
-        a.is_leader().then_some(())
-    });
+    a.wait_leading(Duration::from_secs(5));
     let b = Leaderd::run("b", &["--lock-file", lock]);
     let (code, body) = eventually(Duration::from_secs(5), "b to see a", || {
         b.leader().filter(|(_, body)| body["leader"] == "a")
@@ -245,9 +241,7 @@ fn json_logs_parse_and_transitions_carry_their_fields() {
             "json",
         ],
     );
-    eventually(Duration::from_secs(5), "j to lead", || {
-        node.is_leader().then_some(())
-    });
+    node.wait_leading(Duration::from_secs(5));
     node.signal("TERM");
     assert_eq!(node.wait_exit(Duration::from_secs(5)).code(), Some(0));
     let lines = node.log();

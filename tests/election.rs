@@ -142,9 +142,7 @@ fn sigkill_takeover_waits_for_the_lease_to_expire() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    eventually(Duration::from_secs(5), "the survivor to lead", || {
-        survivor.is_leader().then_some(())
-    });
+    survivor.wait_leading(Duration::from_secs(5));
     let after = pttl_asked.elapsed();
     assert!(
         after >= expiry,
@@ -159,9 +157,7 @@ fn overwritten_key_is_noticed_at_the_next_renewal() {
     let redis = Redis::start();
     let key = support::key("overwrite");
     let node = start(&redis, &key, "a", FAST);
-    eventually(Duration::from_secs(5), "a to lead", || {
-        node.is_leader().then_some(())
-    });
+    node.wait_leading(Duration::from_secs(5));
     redis.cmd(&[
         "SET",
         &lease_key(&key),
@@ -240,9 +236,7 @@ fn waiters_look_again_only_when_the_lease_would_expire() {
     let redis = Redis::start();
     let key = support::key("quiet");
     let leader = start(&redis, &key, "a", FAST);
-    eventually(Duration::from_secs(5), "a to lead", || {
-        leader.is_leader().then_some(())
-    });
+    leader.wait_leading(Duration::from_secs(5));
     let waiter = start(&redis, &key, "b", FAST);
     let refusals = || {
         waiter
@@ -282,9 +276,7 @@ fn a_release_wakes_a_few_waiters_and_is_announced_on_the_channel() {
     let key = support::key("wake");
     let wake_key = format!("leaderd:{{{key}}}:wake");
     let mut leader = start(&redis, &key, "releaser", &[]);
-    eventually(Duration::from_secs(5), "releaser to lead", || {
-        leader.is_leader().then_some(())
-    });
+    leader.wait_leading(Duration::from_secs(5));
     // The leader's own wait is first in Redis's queue of blocked clients.
     eventually(Duration::from_secs(5), "the leader's BLPOP", || {
         (blocked_in_blpop(&redis) == 1).then_some(())

@@ -106,9 +106,7 @@ fn sigterm_while_acquiring_against_a_paused_redis_exits_cleanly() {
     let redis = Redis::start();
     let key = support::key("term-paused");
     let holder = start(&redis, &key, "holder");
-    eventually(Duration::from_secs(5), "holder to lead", || {
-        holder.is_leader().then_some(())
-    });
+    holder.wait_leading(Duration::from_secs(5));
     let mut waiter = start(&redis, &key, "waiter");
     waiter.wait_log(Duration::from_secs(5), "lease held by another candidate");
     redis.pause();
@@ -123,9 +121,7 @@ fn a_second_signal_exits_at_once() {
     let redis = Redis::start();
     let key = support::key("second-signal");
     let mut node = start(&redis, &key, "a");
-    eventually(Duration::from_secs(5), "a to lead", || {
-        node.is_leader().then_some(())
-    });
+    node.wait_leading(Duration::from_secs(5));
     redis.pause();
     node.signal("TERM");
     node.wait_log(Duration::from_secs(2), "shutdown requested");

@@ -111,9 +111,7 @@ fn metrics_after_a_handover_agree_with_leader() {
 fn leader_elector_endpoints_on_leader_and_standby() {
     let redis = Redis::start();
     let a = on_redis(&redis, "compat", "a", FAST);
-    eventually(Duration::from_secs(5), "a to lead", || {
-        a.is_leader().then_some(())
-    });
+    a.wait_leading(Duration::from_secs(5));
     let b = on_redis(&redis, "compat", "b", FAST);
     b.wait_log(Duration::from_secs(5), "lease held by another candidate");
     for node in [&a, &b] {
@@ -129,9 +127,7 @@ fn leader_elector_endpoints_on_leader_and_standby() {
 fn events_stream_delivers_a_transition_within_100ms() {
     let redis = Redis::start();
     let a = on_redis(&redis, "events", "a", FAST);
-    eventually(Duration::from_secs(5), "a to lead", || {
-        a.is_leader().then_some(())
-    });
+    a.wait_leading(Duration::from_secs(5));
     let b = on_redis(&redis, "events", "b", FAST);
     b.wait_log(Duration::from_secs(5), "lease held by another candidate");
     let mut stream = TcpStream::connect(("127.0.0.1", b.http_port)).unwrap();
@@ -193,9 +189,7 @@ fn raw(port: u16, request: &[u8]) -> String {
 fn http_refuses_other_methods_oversized_requests_and_silent_clients() {
     let dir = support::temp_dir("hardening");
     let node = Leaderd::run("h", &["--lock-file", support::path_str(&dir.join("l"))]);
-    eventually(Duration::from_secs(5), "h to lead", || {
-        node.is_leader().then_some(())
-    });
+    node.wait_leading(Duration::from_secs(5));
     for method in ["POST", "PUT", "DELETE"] {
         let response = raw(
             node.http_port,
@@ -268,9 +262,7 @@ fn secrets_appear_in_no_output() {
         "s",
         &["--redis", &url, "--key", "sec", "--log-format", "json"],
     );
-    eventually(Duration::from_secs(5), "s to lead", || {
-        node.is_leader().then_some(())
-    });
+    node.wait_leading(Duration::from_secs(5));
     let stored: serde_json::Value =
         serde_json::from_str(&redis.get("leaderd:{sec}:lease").unwrap()).unwrap();
     let token = stored["token"].as_str().unwrap().to_string();

@@ -125,9 +125,7 @@ fn a_hanging_receiver_does_not_delay_renewals() {
         &receiver.url(),
         &["--ttl", "1s", "--redis-timeout", "200ms"],
     );
-    eventually(Duration::from_secs(5), "a to lead", || {
-        a.is_leader().then_some(())
-    });
+    a.wait_leading(Duration::from_secs(5));
     eventually(Duration::from_secs(5), "the hook to hang", || {
         (!receiver.requests().is_empty()).then_some(())
     });

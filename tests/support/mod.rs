@@ -235,6 +235,13 @@ impl Leaderd {
         self.leader().is_some_and(|(yes, _)| yes)
     }
 
+    /// Waits until `/leader` says this instance leads.
+    pub fn wait_leading(&self, limit: Duration) {
+        eventually(limit, &format!("{} to lead", self.id), || {
+            self.is_leader().then_some(())
+        });
+    }
+
     pub fn log(&self) -> Vec<String> {
         let lines = self.log.lock().expect("log lock");
         lines.iter().filter(|l| *l != END_OF_LOG).cloned().collect()
