@@ -41,6 +41,13 @@ fn metrics_after_a_handover_agree_with_leader() {
     let first = eventually(Duration::from_secs(5), "a leader", || {
         nodes.iter().position(|n| n.is_leader())
     });
+    // Every standby has been refused once, so the next leader's metrics
+    // have an `acquire`/`held` to show.
+    for (i, node) in nodes.iter().enumerate() {
+        if i != first {
+            node.wait_log(Duration::from_secs(5), "lease held by another candidate");
+        }
+    }
     nodes[first].signal("TERM");
     nodes[first].wait_exit(Duration::from_secs(5));
     nodes.remove(first);
