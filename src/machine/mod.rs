@@ -8,6 +8,8 @@
 //! every state handles.
 
 #[cfg(test)]
+mod sequences;
+#[cfg(test)]
 mod tests;
 
 use crate::timing::Timing;
@@ -17,14 +19,14 @@ use tokio::time::Instant;
 
 /// A lease we hold: its fencing token and when the request that last
 /// acquired or renewed it was *sent* (validity counts from there).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Lease {
     pub fencing_token: u64,
     pub sent_at: Instant,
 }
 
 /// Renewal bookkeeping while we hold a lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Renewal {
     /// A renew request is outstanding; its result will come back as an event.
     pub in_flight: bool,
@@ -44,7 +46,7 @@ impl Renewal {
 }
 
 /// What follows once the work has stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AfterPause {
     /// Release the lease (owner-checked), then exit or wait.
     Release { exit: bool },
@@ -53,16 +55,18 @@ pub enum AfterPause {
 }
 
 /// What follows once the release has been answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AfterRelease {
     Exit,
     Wait,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum State {
     Idle,
     Acquiring {
+        /// Shutdown was requested while the request was out: whatever comes
+        /// back, release and exit (see [`State::exiting`]).
         shutdown: bool,
         /// A release was announced while the request was out: if it comes
         /// back refused, it may predate the release, so look again at once.
@@ -146,6 +150,24 @@ impl State {
             State::Releasing { .. } => StateName::Releasing,
             State::Waiting { .. } => StateName::Waiting,
         }
+    }
+
+    /// On the way out: shutdown was requested (or the child's exit policy
+    /// says exit), so the only way on is stopping the work, releasing the
+    /// lease and exiting. Carried by the states' own data, so no later event
+    /// can forget it.
+    pub fn exiting(&self) -> bool {
+        matches!(
+            self,
+            State::Acquiring { shutdown: true, .. }
+                | State::Pausing {
+                    after: AfterPause::Release { exit: true },
+                    ..
+                }
+                | State::Releasing {
+                    after: AfterRelease::Exit
+                }
+        )
     }
 
     /// The lease we hold and run the work under: only while working or

@@ -65,6 +65,18 @@ impl Machine {
         to(next, &[Action::StopWork { kill_at }], reason)
     }
 
+    /// The instant by which the work must be dead whatever leaderd does
+    /// next (the guard's dead-man's switch, see `work::guard`): the kill-by
+    /// instant of the lease while leading, the stop's kill deadline while
+    /// pausing. `None` where no work runs.
+    pub fn work_deadline(&self, state: &State) -> Option<Instant> {
+        match state {
+            State::Working { lease } | State::Renewing { lease, .. } => Some(self.kill_by(lease)),
+            State::Pausing { kill_at, .. } => Some(*kill_at),
+            _ => None,
+        }
+    }
+
     /// The next instant at which a [`Event::Tick`] may change something:
     /// the next renewal try or the renew deadline while the lease is kept,
     /// the end of a wait.
@@ -98,6 +110,11 @@ impl Machine {
         if event == E::ShutdownRequested {
             return self.on_shutdown(state, now);
         }
+        if state.exiting() {
+            // On the way out nothing may acquire or start work, whatever
+            // arrives: these states have their own, short, table.
+            return self.step_exiting(state, event, now);
+        }
         match (*state, event) {
             (S::Idle, E::Started) => to(
                 S::Acquiring {
@@ -108,23 +125,6 @@ impl Machine {
                 Reason::Start,
             ),
 
-            (
-                S::Acquiring {
-                    shutdown: true,
-                    notified: false,
-                },
-                E::Acquired { .. } | E::Refused { .. } | E::AcquireFailed { .. },
-            ) => {
-                // Release even after a refusal or failure: a timed-out acquire may
-                // have succeeded, and the release is owner-checked.
-                to(
-                    S::Releasing {
-                        after: AfterRelease::Exit,
-                    },
-                    &[Action::Release],
-                    Reason::Shutdown,
-                )
-            }
             (
                 S::Acquiring { .. },
                 E::Acquired {
@@ -156,9 +156,9 @@ impl Machine {
             (S::Acquiring { notified: true, .. }, E::Refused { .. }) => {
                 to(S::Waiting { until: now }, &[], Reason::HeldByOther)
             }
-            (S::Acquiring { shutdown, .. }, E::ReleaseNotified) => to(
+            (S::Acquiring { .. }, E::ReleaseNotified) => to(
                 S::Acquiring {
-                    shutdown,
+                    shutdown: false,
                     notified: true,
                 },
                 &[],
@@ -264,6 +264,33 @@ impl Machine {
                 Reason::ReleaseNotified,
             ),
 
+            _ => stay(state),
+        }
+    }
+
+    /// The table of the states that lead only to the exit (see
+    /// [`State::exiting`]): an outstanding acquire is answered with a release,
+    /// the work is stopped and the lease released; nothing else.
+    fn step_exiting(&self, state: &State, event: Event, now: Instant) -> Transition {
+        use Event as E;
+        use State as S;
+        match (*state, event) {
+            (
+                S::Acquiring { .. },
+                E::Acquired { .. } | E::Refused { .. } | E::AcquireFailed { .. },
+            ) => {
+                // Release even after a refusal or failure: a timed-out acquire may
+                // have succeeded, and the release is owner-checked.
+                to(
+                    S::Releasing {
+                        after: AfterRelease::Exit,
+                    },
+                    &[Action::Release],
+                    Reason::Shutdown,
+                )
+            }
+            (S::Pausing { .. }, event) => self.pausing(state, event, now),
+            (S::Releasing { .. }, E::Released) => to(S::Idle, &[Action::Exit], Reason::Released),
             _ => stay(state),
         }
     }

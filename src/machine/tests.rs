@@ -4,14 +4,14 @@ use super::*;
 
 const MS: Duration = Duration::from_millis(1);
 
-fn machine() -> Machine {
+pub(super) fn machine() -> Machine {
     Machine {
         timing: Timing::default(), // ttl 10s, renew 3.333s, deadline 6.666s, retry 2s
         stop_timeout: Duration::from_secs(10),
     }
 }
 
-fn lease(t0: Instant) -> Lease {
+pub(super) fn lease(t0: Instant) -> Lease {
     Lease {
         fencing_token: 7,
         sent_at: t0,
@@ -19,7 +19,7 @@ fn lease(t0: Instant) -> Lease {
 }
 
 /// One state of every kind, with the variants that matter.
-fn states(t0: Instant) -> Vec<State> {
+pub(super) fn states(t0: Instant) -> Vec<State> {
     let l = lease(t0);
     let pausing = |lease, after| State::Pausing {
         lease,
@@ -65,7 +65,7 @@ fn states(t0: Instant) -> Vec<State> {
     ]
 }
 
-fn events(t0: Instant) -> Vec<Event> {
+pub(super) fn events(t0: Instant) -> Vec<Event> {
     vec![
         Event::Started,
         Event::Tick,
@@ -97,7 +97,7 @@ fn events(t0: Instant) -> Vec<Event> {
     ]
 }
 
-fn names(actions: &[Action]) -> Vec<&'static str> {
+pub(super) fn names(actions: &[Action]) -> Vec<&'static str> {
     actions
         .iter()
         .map(|a| match a {
@@ -542,7 +542,7 @@ fn shutdown_while_leading_keeps_renewing_until_the_work_stopped() {
 }
 
 /// A cooperative world: every request succeeds at once.
-fn answer(action: &Action, now: Instant) -> Option<Event> {
+pub(super) fn answer(action: &Action, now: Instant) -> Option<Event> {
     match action {
         Action::Acquire => Some(Event::Acquired {
             fencing_token: 99,
