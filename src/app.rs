@@ -44,12 +44,13 @@ fn backend(config: &Config) -> Result<Backend, Failure> {
 }
 
 /// `leaderd run`: campaign until SIGTERM/SIGINT, then release and return.
-pub async fn run(config: Config) -> Result<ExitCode, Failure> {
+pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, Failure> {
+    let shutdown = caught
+        .into_token()
+        .map_err(|e| Failure::Fatal(format!("cannot install signal handlers: {e}")))?;
     let metrics = Arc::new(Metrics::new(&config.key));
     let child = child_spec(&config)?;
     let webhooks = webhooks(&config, &metrics)?;
-    let shutdown = shutdown::install()
-        .map_err(|e| Failure::Fatal(format!("cannot install signal handlers: {e}")))?;
     if let BackendConfig::LockFile {
         path,
         implicit: true,

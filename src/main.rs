@@ -4,8 +4,17 @@ use clap::Parser;
 use leaderd::app::{self, Failure};
 use leaderd::cli::{Cli, Command, ConfigArgs};
 use leaderd::config::Config;
-use leaderd::{reference, telemetry};
+use leaderd::{reference, shutdown, telemetry};
+use std::io::Write;
 use std::process::ExitCode;
+
+/// Blocks SIGTERM and SIGINT before `main` runs (the dynamic loader has
+/// just finished), so one sent in the first instants after exec stays
+/// pending until [`shutdown::catch`] has handlers in place and unblocks them,
+/// instead of killing leaderd by default.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static BLOCK_SHUTDOWN_SIGNALS: extern "C" fn() = shutdown::block_before_main;
 
 fn main() -> ExitCode {
     if std::env::args_os()
@@ -14,9 +23,41 @@ fn main() -> ExitCode {
     {
         leaderd::work::guard::main();
     }
+    // First of all, so that a signal at any point of start-up is honoured.
+    let caught = match shutdown::catch() {
+        Ok(caught) => caught,
+        Err(e) => {
+            return report(Failure::Fatal(format!(
+                "cannot install signal handlers: {e}"
+            )));
+        }
+    };
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run(_)) {
+        // Only `run` holds anything to release.
+        caught.restore_default();
+        return other_command(cli);
+    }
+    let Command::Run(run) = &cli.command else {
+        unreachable!("checked above")
+    };
+    let config = match Config::load(&run.config, &run.command) {
+        Ok(config) => config,
+        Err(e) => return report(Failure::Config(e)),
+    };
+    telemetry::init(config.log.format, &config.log.level);
+    let outcome = runtime().and_then(|rt| rt.block_on(app::run(config, caught)));
+    telemetry::flush();
+    match outcome {
+        Ok(code) => code,
+        Err(failure) => report(failure),
+    }
+}
+
+/// `status`, `check`, `completions`, `manpage`.
+fn other_command(cli: Cli) -> ExitCode {
     let (args, command): (&ConfigArgs, &[String]) = match &cli.command {
-        Command::Run(run) => (&run.config, &run.command),
+        Command::Run(_) => unreachable!("`run` is main's"),
         Command::Status(status) => (&status.config, &[]),
         Command::Check(check) => (&check.config, &check.command),
         Command::Completions(c) => return reference::completions(c.shell),
@@ -27,37 +68,36 @@ fn main() -> ExitCode {
         Err(e) => return report(Failure::Config(e)),
     };
     telemetry::init(config.log.format, &config.log.level);
-    // One thread is plenty for one lease, one HTTP listener and a child; it
-    // keeps the footprint of a sidecar small.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            return report(Failure::Fatal(format!(
-                "cannot start the async runtime: {e}"
-            )));
-        }
-    };
-    let outcome = runtime.block_on(async move {
-        match cli.command {
-            Command::Run(_) => app::run(config).await,
-            Command::Status(s) => app::status(config, s.json).await,
-            Command::Check(c) if c.offline => app::check_offline(config),
-            Command::Check(_) => app::check(config).await,
-            Command::Completions(_) | Command::Manpage(_) => {
-                unreachable!("answered before the config is loaded")
+    let outcome = runtime().and_then(|rt| {
+        rt.block_on(async move {
+            match cli.command {
+                Command::Status(s) => app::status(config, s.json).await,
+                Command::Check(c) if c.offline => app::check_offline(config),
+                Command::Check(_) => app::check(config).await,
+                Command::Run(_) | Command::Completions(_) | Command::Manpage(_) => {
+                    unreachable!("answered before the config is loaded")
+                }
             }
-        }
+        })
     });
+    telemetry::flush();
     match outcome {
         Ok(code) => code,
         Err(failure) => report(failure),
     }
 }
 
+/// One thread is plenty for one lease, one HTTP listener and a child; it
+/// keeps the footprint of a sidecar small.
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Fatal(format!("cannot start the async runtime: {e}")))
+}
+
 fn report(failure: Failure) -> ExitCode {
-    eprintln!("leaderd: {failure}");
+    // Not `eprintln!`, which panics when stderr is closed.
+    let _ = writeln!(std::io::stderr(), "leaderd: {failure}");
     failure.exit_code()
 }

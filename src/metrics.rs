@@ -72,6 +72,7 @@ pub struct Metrics {
     child_exits: Counter,
     webhook_deliveries: Family<WebhookLabels, Counter>,
     master_status: Family<NameLabel, Gauge>,
+    log_lines_dropped: Counter,
 }
 
 impl Metrics {
@@ -90,6 +91,7 @@ impl Metrics {
             child_exits: Counter::default(),
             webhook_deliveries: Family::default(),
             master_status: Family::default(),
+            log_lines_dropped: Counter::default(),
             registry: Registry::default(),
         };
         // prometheus-client adds `_total` to counter names.
@@ -147,6 +149,11 @@ impl Metrics {
             "leader_election_master_status",
             "client-go compatible: 1 while this instance is the leader",
             m.master_status.clone(),
+        );
+        registry.register(
+            "leaderd_log_lines_dropped",
+            "Log lines dropped because stderr was not read fast enough, or was closed",
+            m.log_lines_dropped.clone(),
         );
         for name in StateName::ALL {
             m.state
@@ -217,6 +224,11 @@ impl Metrics {
             })
             .set(leading);
         self.fencing_token.set(view.fencing_token.unwrap_or(0));
+        let dropped = crate::telemetry::dropped_lines();
+        let counted = self.log_lines_dropped.get();
+        if dropped > counted {
+            self.log_lines_dropped.inc_by(dropped - counted);
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");

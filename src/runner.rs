@@ -81,10 +81,18 @@ pub async fn run(
     let mut errors = ErrorLog::default();
     let mut state = State::Idle;
     let mut exit = false;
-    let mut shutdown_seen = false;
+    let mut shutdown_seen = shutdown.is_cancelled();
     let mut exit_code = None;
-    status.send_modify(|s| s.ready = true);
-    let mut next = Some(Event::Started);
+    status.send_modify(|s| {
+        s.ready = true;
+        s.shutting_down = shutdown_seen;
+    });
+    // A signal during start-up: exit without campaigning.
+    let mut next = Some(if shutdown_seen {
+        Event::ShutdownRequested
+    } else {
+        Event::Started
+    });
     while !exit {
         if let Some(event) = next.take() {
             let tr = machine.step(&state, event, Instant::now());

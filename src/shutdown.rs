@@ -2,38 +2,143 @@
 //! token (the state machine then stops the work and releases the lease); a
 //! second one exits at once with 128 + the signal number (the child's guard
 //! then kills the child's process group).
+//!
+//! The handlers are installed by [`catch`], the first thing `main` does, and
+//! the signals are unblocked there too: a signal that arrives while the
+//! configuration is read or the runtime starts is kept (one byte in a pipe)
+//! and honoured the same way once the runner looks, rather than killing
+//! leaderd by default, or being dropped (as PID 1 of a PID namespace, a
+//! signal without a handler is), or staying blocked forever because the
+//! parent started leaderd with them in its signal mask.
 
-use tokio::signal::unix::{SignalKind, signal};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use std::io::Read;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
 
-/// Installs the handlers and returns the token every task watches. Call it
-/// before anything that can block (connecting to Redis), so a signal during
-/// start-up is honoured too.
-pub fn install() -> std::io::Result<CancellationToken> {
-    let token = CancellationToken::new();
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let cancel = token.clone();
-    tokio::spawn(async move {
-        let mut received = 0;
-        loop {
-            let (name, number) = tokio::select! {
-                _ = term.recv() => ("SIGTERM", signal_hook::consts::SIGTERM),
-                _ = int.recv() => ("SIGINT", signal_hook::consts::SIGINT),
-            };
-            received += 1;
-            if received == 1 {
-                tracing::info!(
-                    signal = name,
-                    "shutdown requested: stopping the work and releasing the lease"
-                );
-                cancel.cancel();
-            } else {
-                // The child's guard sees leaderd go and kills the child's group.
-                tracing::warn!(signal = name, "second signal: exiting at once");
+/// The signals that ask leaderd to shut down.
+const SHUTDOWN: [(i32, &str); 2] = [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")];
+
+/// Shutdown signals caught since start-up, not yet handed to the runtime.
+pub struct Caught {
+    /// One pipe per signal in [`SHUTDOWN`]: the handler writes a byte per
+    /// delivery (signal-hook's async-signal-safe self-pipe).
+    pipes: Vec<UnixStream>,
+    /// Once set, the signals act as by default again (for the commands that
+    /// hold nothing: `status`, `check`).
+    default: Arc<AtomicBool>,
+}
+
+/// Unblocks and catches SIGTERM and SIGINT. Call it before anything else.
+pub fn catch() -> std::io::Result<Caught> {
+    unblock(&SHUTDOWN.map(|(n, _)| n))?;
+    let default = Arc::new(AtomicBool::new(false));
+    let mut pipes = Vec::new();
+    for (signal, _) in SHUTDOWN {
+        let (read, write) = UnixStream::pair()?;
+        signal_hook::flag::register_conditional_default(signal, default.clone())?;
+        signal_hook::low_level::pipe::register(signal, write)?;
+        pipes.push(read);
+    }
+    Ok(Caught { pipes, default })
+}
+
+/// Removes `signals` from the inherited signal mask.
+fn unblock(signals: &[i32]) -> std::io::Result<()> {
+    match mask(libc::SIG_UNBLOCK, signals) {
+        0 => Ok(()),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// Blocks the shutdown signals; [`catch`] unblocks them. Runs from the
+/// binary's `.init_array`, before `main` and before any thread exists.
+pub extern "C" fn block_before_main() {
+    mask(libc::SIG_BLOCK, &SHUTDOWN.map(|(n, _)| n));
+}
+
+fn mask(how: i32, signals: &[i32]) -> i32 {
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset before use;
+    // called before any other thread exists, so the mask is the process's.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &signal in signals {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut())
+    }
+}
+
+impl Caught {
+    /// For the commands that hold no lease: the signals terminate as by
+    /// default from now on, and one already caught does so now.
+    pub fn restore_default(self) {
+        self.default.store(true, Ordering::SeqCst);
+        for (pipe, (number, _)) in self.pipes.iter().zip(SHUTDOWN) {
+            let mut byte = [0u8; 1];
+            if pipe.set_nonblocking(true).is_ok() && (&*pipe).read(&mut byte).is_ok_and(|n| n > 0) {
                 std::process::exit(128 + number);
             }
         }
-    });
-    Ok(token)
+    }
+
+    /// Hands the caught signals to the runtime: returns the token every task
+    /// watches, already cancelled if a signal came during start-up. Call it
+    /// inside the runtime.
+    pub fn into_token(self) -> std::io::Result<CancellationToken> {
+        let token = CancellationToken::new();
+        let mut pipes = Vec::new();
+        let mut early = None;
+        for (pipe, (number, name)) in self.pipes.into_iter().zip(SHUTDOWN) {
+            pipe.set_nonblocking(true)?;
+            let mut byte = [0u8; 1];
+            if (&pipe).read(&mut byte).is_ok_and(|n| n > 0) {
+                early = Some(name);
+            }
+            pipes.push((tokio::net::UnixStream::from_std(pipe)?, number, name));
+        }
+        let mut received = 0;
+        if let Some(name) = early {
+            // Caught during start-up: the runner sees the token cancelled
+            // before it asks for anything.
+            tracing::info!(
+                signal = name,
+                "shutdown requested during start-up: exiting without campaigning"
+            );
+            token.cancel();
+            received = 1;
+        }
+        let [(mut term, term_n, term_name), (mut int, int_n, int_name)]: [_; 2] = pipes
+            .try_into()
+            .map_err(|_| std::io::Error::other("two shutdown signals"))?;
+        let cancel = token.clone();
+        tokio::spawn(async move {
+            let (mut a, mut b) = ([0u8; 1], [0u8; 1]);
+            loop {
+                let (name, number) = tokio::select! {
+                    Ok(1..) = term.read(&mut a) => (term_name, term_n),
+                    Ok(1..) = int.read(&mut b) => (int_name, int_n),
+                    else => return,
+                };
+                received += 1;
+                if received == 1 {
+                    tracing::info!(
+                        signal = name,
+                        "shutdown requested: stopping the work and releasing the lease"
+                    );
+                    cancel.cancel();
+                } else {
+                    // The child's guard sees leaderd go and kills the child's group.
+                    tracing::warn!(signal = name, "second signal: exiting at once");
+                    crate::telemetry::flush();
+                    std::process::exit(128 + number);
+                }
+            }
+        });
+        Ok(token)
+    }
 }

@@ -1,15 +1,31 @@
 //! Logging (PRODUCT §8): `text` for terminals, `json` (one object per line)
 //! for pipelines, both on stderr so the child's stdout stays its own.
+//!
+//! Lines go through [`writer`]: a bounded queue drained by a thread of its
+//! own, so a stalled or closed stderr never blocks or kills the control loop.
+
+mod writer;
 
 use crate::config::LogFormat;
 use std::io::IsTerminal;
+use std::time::Duration;
 use tracing_subscriber::EnvFilter;
+
+pub use writer::dropped_lines;
+
+/// How long the last lines get to reach stderr when leaderd exits: long
+/// enough for a reader that keeps up, short enough that a stalled pipe never
+/// holds the exit up.
+const FLUSH_AT_EXIT: Duration = Duration::from_secs(1);
 
 pub fn init(format: LogFormat, level: &str) {
     let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer::start())
+        // A failed write is the writer's to count; tracing-subscriber's own
+        // report of it (`eprintln!`) would panic on a closed stderr.
+        .log_internal_errors(false)
         .with_target(false);
     match format {
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
@@ -20,4 +36,9 @@ pub fn init(format: LogFormat, level: &str) {
             .with_span_list(false)
             .init(),
     }
+}
+
+/// Waits, boundedly, for the queued lines to be written. Call before exit.
+pub fn flush() {
+    writer::flush(FLUSH_AT_EXIT);
 }
