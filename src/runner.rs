@@ -83,6 +83,7 @@ pub async fn run(
     let mut exit = false;
     let mut shutdown_seen = shutdown.is_cancelled();
     let mut exit_code = None;
+    let mut work_deadline = None;
     status.send_modify(|s| {
         s.ready = true;
         s.shutting_down = shutdown_seen;
@@ -102,6 +103,12 @@ pub async fn run(
                 metrics.transition(from, tr.next.name());
             }
             state = tr.next;
+            // Before the actions, so a child starts with its guard armed.
+            let deadline = machine.work_deadline(&state);
+            if deadline != work_deadline {
+                work_deadline = deadline;
+                work.set_deadline(deadline);
+            }
             publish(&status, &machine, &state);
             if state.name() != from {
                 let view = status

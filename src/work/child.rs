@@ -23,6 +23,8 @@ const BACKOFF_CAP: Duration = Duration::from_secs(30);
 /// How long after start-up or a term's end the next guard is spawned.
 const STANDBY_DELAY: Duration = Duration::from_millis(250);
 
+const GUARD_FIRED: &str = "leaderd did not act by the lease's kill-by instant (it was stopped, blocked or starved): the guard killed the child";
+
 #[derive(Debug, Clone)]
 pub struct ChildSpec {
     pub program: PathBuf,
@@ -36,8 +38,15 @@ pub struct ChildSpec {
 
 #[derive(Debug)]
 pub enum Command {
-    Start { fencing_token: u64 },
-    Stop { kill_at: Instant },
+    Start {
+        fencing_token: u64,
+    },
+    Stop {
+        kill_at: Instant,
+    },
+    /// The instant by which the work must be dead whatever leaderd does
+    /// next: handed to the guard's dead-man's switch.
+    Deadline(Option<Instant>),
 }
 
 /// What to do once a stop (or a clean-up after an exit) has finished.
@@ -80,6 +89,8 @@ struct Supervisor {
     events: mpsc::UnboundedSender<WorkEvent>,
     phase: Phase,
     restarts: u32,
+    /// The latest kill-by instant from the runner (see [`Command::Deadline`]).
+    deadline: Option<Instant>,
 }
 
 /// Runs the supervisor until `commands` closes, then kills whatever is left.
@@ -107,6 +118,7 @@ pub async fn supervise(
         events,
         phase: Phase::Idle,
         restarts: 0,
+        deadline: None,
     };
     loop {
         let timer = s.next_timer();
@@ -114,6 +126,7 @@ pub async fn supervise(
             command = commands.recv() => match command {
                 Some(Command::Start { fencing_token }) => s.start(fencing_token),
                 Some(Command::Stop { kill_at }) => s.stop(kill_at),
+                Some(Command::Deadline(deadline)) => s.set_deadline(deadline),
                 None => break,
             },
             _ = chld.recv() => s.reap(),
@@ -177,7 +190,30 @@ impl Supervisor {
         }
     }
 
+    fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+        if let Phase::Running { group, .. } | Phase::Stopping { group, .. } = &self.phase {
+            group.arm(deadline);
+        }
+    }
+
+    /// The kill-by instant the guard holds has passed: the guard has killed
+    /// (or is killing) the group.
+    fn deadline_missed(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
     fn spawn(&mut self, fencing_token: u64) {
+        if self.deadline.is_some_and(|d| d <= Instant::now()) {
+            // Past the lease's kill-by instant (a restart after leaderd was
+            // frozen, say): the machine is about to step down; never start.
+            tracing::warn!(
+                fencing_token,
+                "not starting the child: the lease's kill-by instant has passed"
+            );
+            self.phase = Phase::Idle;
+            return;
+        }
         let env_set = [
             ("LEADERD_ID", self.spec.id.clone()),
             ("LEADERD_KEY", self.spec.key.clone()),
@@ -194,10 +230,11 @@ impl Supervisor {
             env_remove: &["LEADERD_REDIS_URL", "LEADERD_WEBHOOK_SECRET"],
         };
         // A standby guard that died meanwhile (its group is gone) is replaced.
+        let deadline = self.deadline;
+        let fresh = || process::spawn_guard().and_then(|g| process::spawn(&spec, g, deadline));
         let spawned = match self.standby.take() {
-            Some(standby) => process::spawn(&spec, standby)
-                .or_else(|_| process::spawn_guard().and_then(|g| process::spawn(&spec, g))),
-            None => process::spawn_guard().and_then(|g| process::spawn(&spec, g)),
+            Some(standby) => process::spawn(&spec, standby, deadline).or_else(|_| fresh()),
+            None => fresh(),
         };
         match spawned {
             Ok(group) => {
@@ -220,6 +257,9 @@ impl Supervisor {
         match std::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::Idle | Phase::BackingOff { .. } => self.emit(WorkEvent::Stopped),
             Phase::Running { group, .. } => {
+                if self.deadline_missed() {
+                    tracing::error!(pid = group.child, "{GUARD_FIRED}");
+                }
                 let signal = self.spec.stop_signal;
                 tracing::info!(
                     pid = group.child,
@@ -276,6 +316,9 @@ impl Supervisor {
                     fencing_token,
                 } if group.child == pid => {
                     let (started, fencing_token) = (*started, *fencing_token);
+                    if self.deadline_missed() {
+                        tracing::error!(pid, code, "{GUARD_FIRED}");
+                    }
                     tracing::info!(pid, code, "child exited");
                     self.metrics.child_exited();
                     let Phase::Running { group, .. } =

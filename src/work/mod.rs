@@ -120,6 +120,16 @@ impl Work {
         }
     }
 
+    /// The instant by which the work must be dead whatever leaderd does next
+    /// (the guard's dead-man's switch); called whenever it moves. Only a
+    /// child can be killed from outside leaderd; webhooks and elect-only
+    /// rely on the worker asking `/leader`.
+    pub fn set_deadline(&mut self, deadline: Option<Instant>) {
+        if let Kind::Child { commands, .. } = &self.kind {
+            let _ = commands.send(child::Command::Deadline(deadline));
+        }
+    }
+
     /// Ends the supervisor, killing anything still running, and waits for it.
     pub async fn finish(self) {
         if let Kind::Child {

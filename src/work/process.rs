@@ -12,10 +12,12 @@
 //! Guards are spawned ahead of time, so a handover pays for one `posix_spawn`.
 
 use std::ffi::OsString;
-use std::io::PipeWriter;
+use std::io::{PipeWriter, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use tokio::time::Instant;
 
 /// A guard process leading an (otherwise empty) process group, waiting for a
 /// child to join it. Spawned ahead of time, so that starting the work at a
@@ -33,6 +35,19 @@ impl Guard {
     }
 }
 
+/// Sets the guard's dead-man's switch (see [`guard`](super::guard)): the
+/// group must be dead by `deadline`. The pipe is non-blocking, so a guard
+/// that is not reading (stopped along with its group) never blocks leaderd;
+/// its 64 KiB hold hours of renewals.
+fn arm(lifeline: &PipeWriter, deadline: Option<Instant>) {
+    let message = super::guard::message(deadline);
+    match (&*lifeline).write(&message) {
+        Ok(n) if n == message.len() => {}
+        Ok(_) => tracing::warn!("the guard's lifeline took part of a deadline message"),
+        Err(e) => tracing::warn!(error = %e, "cannot tell the child's guard its kill-by deadline"),
+    }
+}
+
 /// A running child in its guard's process group.
 #[derive(Debug)]
 pub struct Group {
@@ -47,6 +62,13 @@ impl Group {
     /// Lets the guard go: it kills what is left of the group, itself included.
     pub fn dismiss_guard(&mut self) {
         self.lifeline = None;
+    }
+
+    /// The group must be dead by `deadline`, whatever leaderd does meanwhile.
+    pub fn arm(&self, deadline: Option<Instant>) {
+        if let Some(lifeline) = &self.lifeline {
+            arm(lifeline, deadline);
+        }
     }
 }
 
@@ -88,8 +110,18 @@ pub fn spawn_guard() -> std::io::Result<Guard> {
             Ok(())
         });
     }
+    let pid = guard.spawn()?.id() as i32;
+    // SAFETY: plain fcntl on a descriptor we own.
+    unsafe {
+        let fd = writer.as_raw_fd();
+        libc::fcntl(
+            fd,
+            libc::F_SETFL,
+            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+        );
+    }
     Ok(Guard {
-        pid: guard.spawn()?.id() as i32,
+        pid,
         lifeline: writer,
     })
 }
@@ -97,7 +129,9 @@ pub fn spawn_guard() -> std::io::Result<Guard> {
 /// Starts the child in `guard`'s process group. No code runs between fork
 /// and exec, so this is a plain `posix_spawn`: the guard, alive before the
 /// child exists, is what ties the child's life to leaderd's.
-pub fn spawn(spec: &Spec<'_>, guard: Guard) -> std::io::Result<Group> {
+pub fn spawn(spec: &Spec<'_>, guard: Guard, deadline: Option<Instant>) -> std::io::Result<Group> {
+    // Armed before the child exists, so it is never unguarded.
+    arm(&guard.lifeline, deadline);
     let mut cmd = Command::new(spec.program);
     cmd.args(spec.args)
         .stdin(Stdio::null())
