@@ -140,6 +140,7 @@ async fn metrics(State(s): Ctx) -> Response {
 /// Serves `app` on `listener` until `stop`, with the limits above.
 pub async fn serve(listener: TcpListener, app: Router, stop: CancellationToken) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut backoff = AcceptBackoff::default();
     let mut connections = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -147,7 +148,22 @@ pub async fn serve(listener: TcpListener, app: Router, stop: CancellationToken) 
             accepted = listener.accept() => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
-        let Ok((stream, _)) = accepted else { continue };
+        let stream = match accepted {
+            Ok((stream, _)) => {
+                backoff.recovered();
+                stream
+            }
+            Err(e) => {
+                // EMFILE and friends leave the connection queued: accepting
+                // again at once spins a core. Back off; the control loop,
+                // renewals and the child go on meanwhile.
+                let pause = backoff.failed(&e);
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => continue,
+                }
+            }
+        };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             tracing::warn!(
                 limit = MAX_CONNECTIONS,
@@ -179,6 +195,48 @@ pub async fn serve(listener: TcpListener, app: Router, stop: CancellationToken) 
     })
     .await;
     connections.abort_all();
+}
+
+/// Accept errors: a pause that doubles from 10 ms to 1 s while they go on,
+/// and one log line per 10 s (with how many were not logged).
+#[derive(Default)]
+struct AcceptBackoff {
+    pause: Option<Duration>,
+    failures: u64,
+    logged_at: Option<Instant>,
+}
+
+const ACCEPT_PAUSE_FIRST: Duration = Duration::from_millis(10);
+const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
+
+impl AcceptBackoff {
+    fn failed(&mut self, error: &std::io::Error) -> Duration {
+        let pause = self
+            .pause
+            .map_or(ACCEPT_PAUSE_FIRST, |p| (p * 2).min(ACCEPT_PAUSE_MAX));
+        self.pause = Some(pause);
+        self.failures += 1;
+        if self
+            .logged_at
+            .is_none_or(|t| t.elapsed() >= ACCEPT_LOG_EVERY)
+        {
+            tracing::warn!(
+                error = %error,
+                failures = self.failures,
+                "HTTP API cannot accept connections; retrying with a backoff (the election and the child are not affected). If this is EMFILE, raise the open-file limit or find what holds the connections"
+            );
+            self.logged_at = Some(Instant::now());
+            self.failures = 0;
+        }
+        pause
+    }
+
+    fn recovered(&mut self) {
+        if self.pause.take().is_some() {
+            tracing::info!("HTTP API accepting connections again");
+        }
+    }
 }
 
 #[cfg(test)]
