@@ -275,7 +275,7 @@ fn absorb(
         Report::Acquire(Err(e)) => {
             errors.log("acquire", &e);
             Event::AcquireFailed {
-                misconfigured: e.is_misconfiguration(),
+                misconfigured: e.needs_a_person(),
             }
         }
         Report::Renew(Ok(Renew::Renewed { sent_at })) => {
@@ -370,6 +370,8 @@ impl ErrorLog {
         let repeats = self.suppressed;
         if e.is_misconfiguration() {
             tracing::error!(op, error = %message, repeats, "backend refused leaderd: fix the configuration; retrying slowly");
+        } else if e.needs_a_person() {
+            tracing::error!(op, error = %message, repeats, "nobody can lead until the lease's key is fixed; retrying slowly");
         } else {
             tracing::warn!(op, error = %message, repeats, "backend error");
         }

@@ -73,11 +73,30 @@ pub enum Error {
     Unexpected { backend: String, detail: String },
     #[error("lock file {path}: {detail}")]
     File { path: String, detail: String },
+    /// The lease's key holds something nobody can take over (a value leaderd
+    /// did not write, a wrong type, no expiry). leaderd never overwrites it.
+    #[error(
+        "the lease {key} on {backend} cannot be taken: {what}; leaderd never overwrites it. {fix}"
+    )]
+    Blocked {
+        backend: String,
+        key: String,
+        what: String,
+        /// How to clear it, in the backend's own terms.
+        fix: String,
+    },
 }
 
 impl Error {
+    /// A configuration error: `status` and `check` exit 2 for it.
     pub fn is_misconfiguration(&self) -> bool {
         matches!(self, Error::Misconfigured { .. } | Error::File { .. })
+    }
+
+    /// Only a person can fix it (configuration, or a blocked key): retried
+    /// slowly, and logged as an error.
+    pub fn needs_a_person(&self) -> bool {
+        self.is_misconfiguration() || matches!(self, Error::Blocked { .. })
     }
 }
 

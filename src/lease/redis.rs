@@ -170,8 +170,26 @@ impl RedisLease {
             .arg(&self.id_json)
             .arg(self.ttl_ms)
             .arg(self.highest_fencing);
-        let reply = self.link.invoke(&call).await?;
+        let reply = match self
+            .link
+            .invoke(&call)
+            .await
+            .map_err(|e| self.wrong_type(e))
+        {
+            Ok(reply) => reply,
+            Err(e) => {
+                if let Error::Blocked { .. } = e {
+                    // The script failed before writing: this token did not win.
+                    self.token = None;
+                }
+                return Err(e);
+            }
+        };
         match parse_reply(&reply, &self.link.url)? {
+            Reply::Held(holder, expires_in) if self.blocked(&holder, expires_in).is_some() => {
+                self.token = None;
+                Err(self.blocked(&holder, expires_in).expect("checked"))
+            }
             Reply::Ours(fencing_token) => {
                 self.highest_fencing = self.highest_fencing.max(fencing_token);
                 Ok(Acquire::Won {
@@ -233,13 +251,64 @@ impl RedisLease {
 
     pub async fn peek(&mut self) -> Result<super::Peek, Error> {
         let call = self.scripts.peek.key(&self.lease_key);
-        let reply = self.link.invoke(&call).await?;
+        let reply = self
+            .link
+            .invoke(&call)
+            .await
+            .map_err(|e| self.wrong_type(e))?;
         match parse_reply(&reply, &self.link.url)? {
             Reply::Held(holder, expires_in) => {
+                if let Some(blocked) = self.blocked(&holder, expires_in) {
+                    return Err(blocked);
+                }
                 self.observe(&holder);
                 Ok(Peek { holder, expires_in })
             }
             Reply::Ours(_) => Err(unexpected(&self.link.url, &reply)),
+        }
+    }
+
+    /// A lease nobody can take over: a value leaderd did not write, or one
+    /// without an expiry (leaderd always sets one; `PERSIST` removes it),
+    /// which never lapses if its holder is gone.
+    fn blocked(&self, holder: &Option<Holder>, expires_in: Option<Duration>) -> Option<Error> {
+        let holder = holder.as_ref()?;
+        let what = match (&holder.id, expires_in) {
+            (None, None) => {
+                "it holds a value leaderd did not write, with no expiry, so it never lapses"
+                    .to_string()
+            }
+            (None, Some(left)) => format!(
+                "it holds a value leaderd did not write (it expires in {})",
+                crate::config::show_duration(left)
+            ),
+            (Some(id), None) => format!(
+                "it has no expiry (made permanent, e.g. by PERSIST), so it never lapses if its holder {id:?} is gone"
+            ),
+            (Some(_), Some(_)) => return None,
+        };
+        Some(self.blocked_error(what))
+    }
+
+    fn blocked_error(&self, what: String) -> Error {
+        Error::Blocked {
+            backend: self.link.url.clone(),
+            key: self.lease_key.clone(),
+            what,
+            fix: format!(
+                "Remove it with `DEL {}` once you know what wrote it, or choose another --key",
+                self.lease_key
+            ),
+        }
+    }
+
+    /// `WRONGTYPE` from the script: the key is not a string at all.
+    fn wrong_type(&self, e: Error) -> Error {
+        match &e {
+            Error::Unexpected { detail, .. } if detail.contains("WRONGTYPE") => {
+                self.blocked_error("it is not a string (another program uses this key)".into())
+            }
+            _ => e,
         }
     }
 
