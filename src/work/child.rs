@@ -20,6 +20,9 @@ const STRAGGLER_POLL: Duration = Duration::from_millis(20);
 /// Restart backoff: 1 s doubling up to 30 s; reset once a run lasted 30 s.
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_CAP: Duration = Duration::from_secs(30);
+/// How long leaderd waits, on exit, for what it killed to be reaped: SIGKILL
+/// takes effect at once unless a process is stuck in the kernel.
+const EXIT_REAP_LIMIT: Duration = Duration::from_secs(2);
 /// How long after start-up or a term's end the next guard is spawned.
 const STANDBY_DELAY: Duration = Duration::from_millis(250);
 
@@ -465,14 +468,23 @@ impl Supervisor {
         }
     }
 
-    /// On the way out: nothing may survive leaderd.
+    /// On the way out: nothing may survive leaderd. Kills the group, the
+    /// standby guard and anything adopted, and reaps them all, so that when
+    /// leaderd has exited every process it started is gone too (also as PID
+    /// 1 of a namespace, whose exit would otherwise leave them to the kernel).
     fn kill_everything(&mut self) {
         if let Phase::Running { group, .. } | Phase::Stopping { group, .. } = &mut self.phase {
             process::signal_group(group.pgid, libc::SIGKILL);
             group.dismiss_guard();
         }
         self.phase = Phase::Idle;
-        self.standby = None;
-        process::reap_all();
+        if let Some(standby) = self.standby.take() {
+            process::signal_group(standby.pid(), libc::SIGKILL);
+        }
+        if !process::kill_and_reap_all_children(EXIT_REAP_LIMIT) {
+            tracing::warn!(
+                "some processes leaderd started were not reaped within {EXIT_REAP_LIMIT:?} of exit"
+            );
+        }
     }
 }

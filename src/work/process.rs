@@ -188,6 +188,31 @@ pub fn reap_all() -> Vec<(i32, i32)> {
     }
 }
 
+/// SIGKILLs every child leaderd has (guards, children adopted as their
+/// subreaper) and reaps them until none is left. `false` if some were still
+/// there after `limit`.
+pub fn kill_and_reap_all_children(limit: std::time::Duration) -> bool {
+    let me = std::process::id() as i32;
+    let until = std::time::Instant::now() + limit;
+    loop {
+        for (pid, ppid, _) in processes(1) {
+            if ppid == me {
+                signal_process(pid, libc::SIGKILL);
+            }
+        }
+        reap_all();
+        // SAFETY: plain syscall; WNOHANG with a null status pointer.
+        let left = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+        if left < 0 {
+            return true; // ECHILD: no child left at all
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 fn exit_code(status: i32) -> i32 {
     if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
