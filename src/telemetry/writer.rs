@@ -16,7 +16,7 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tracing_subscriber::fmt::MakeWriter;
@@ -85,14 +85,37 @@ pub fn flush(limit: Duration) {
     }
 }
 
-/// The draining thread: writes each line whole; says once in a while how
-/// many were dropped.
+/// The draining thread: writes each line whole; once it has caught up (the
+/// queue is empty, so the notice itself has room), says how many lines were
+/// dropped since it last said so, at most every [`NOTICE_EVERY`].
 fn run(rx: Receiver<Vec<u8>>, counts: &Counts) {
     let mut stderr = std::io::stderr();
     let mut closed = false;
     let mut reported = 0;
     let mut last_notice: Option<Instant> = None;
-    while let Ok(line) = rx.recv() {
+    loop {
+        let line = match rx.try_recv() {
+            Ok(line) => line,
+            Err(TryRecvError::Disconnected) => return,
+            Err(TryRecvError::Empty) => {
+                let dropped = counts.dropped.load(Ordering::Relaxed);
+                let due = last_notice.is_none_or(|t| t.elapsed() >= NOTICE_EVERY);
+                if !closed && dropped > reported && due {
+                    // Through tracing, so it has the configured format.
+                    tracing::warn!(
+                        dropped = dropped - reported,
+                        total = dropped,
+                        "log lines were dropped: stderr was not read fast enough (see leaderd_log_lines_dropped_total)"
+                    );
+                    reported = dropped;
+                    last_notice = Some(Instant::now());
+                }
+                match rx.recv() {
+                    Ok(line) => line,
+                    Err(_) => return,
+                }
+            }
+        };
         if !closed {
             closed = !write_whole(&mut stderr, &line);
         }
@@ -100,19 +123,6 @@ fn run(rx: Receiver<Vec<u8>>, counts: &Counts) {
             counts.dropped.fetch_add(1, Ordering::Relaxed);
         }
         counts.done.fetch_add(1, Ordering::Release);
-        let dropped = counts.dropped.load(Ordering::Relaxed);
-        if !closed && dropped > reported && last_notice.is_none_or(|t| t.elapsed() >= NOTICE_EVERY)
-        {
-            // Through tracing, so it has the configured format; it is queued
-            // like any line (and may itself be dropped if stderr stalls again).
-            tracing::warn!(
-                dropped = dropped - reported,
-                total = dropped,
-                "log lines were dropped: stderr was not read fast enough (see leaderd_log_lines_dropped_total)"
-            );
-            reported = dropped;
-            last_notice = Some(Instant::now());
-        }
     }
 }
 

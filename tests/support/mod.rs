@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod os;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,349 @@
+//! Issue #10: leaderd is never the reason two workers run. Its own stalls
+//! (a log pipe nobody reads, a closed stderr, leaderd frozen whole, file
+//! descriptors exhausted) and a lease key nobody can take, tried for real.
+
+mod support;
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+use support::os::{self, mono_ns};
+use support::{FAST, Leaderd, Redis, alive, eventually, probe_child, probe_events};
+
+const PATIENCE: Duration = Duration::from_secs(10);
+const TTL: Duration = Duration::from_secs(2); // FAST
+
+fn probe_log(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.probe"))
+}
+
+fn starts(log: &Path) -> Vec<(i32, u128)> {
+    probe_events(log)
+        .into_iter()
+        .filter(|e| e.kind == "start")
+        .map(|e| (e.pid, e.ns))
+        .collect()
+}
+
+/// `leaderd run` on `redis` with the FAST timing and the probe child
+/// logging to `log`, stderr going to `stderr`.
+fn spawn_with_stderr(
+    redis: &Redis,
+    key: &str,
+    id: &str,
+    http: u16,
+    extra: &[&str],
+    log: &Path,
+    stderr: Stdio,
+) -> Child {
+    let url = redis.url();
+    let http = format!("127.0.0.1:{http}");
+    let probe = probe_child();
+    let mut args = vec![
+        "run", "--id", id, "--http", &http, "--redis", &url, "--key", key,
+    ];
+    args.extend_from_slice(FAST);
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", &probe, support::path_str(log)]);
+    support::command(&args)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn leaderd")
+}
+
+fn leads(port: u16) -> bool {
+    support::http_get(port, "/leader").is_some_and(|(code, _)| code == 200)
+}
+
+fn renewals(port: u16) -> f64 {
+    os::metric(
+        port,
+        "leaderd_lease_operations_total{op=\"renew\",result=\"ok\"}",
+    )
+    .unwrap_or(0.0)
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> i32 {
+    let status = eventually(limit, "leaderd to exit", || child.try_wait().expect("wait"));
+    status.code().unwrap_or(-1)
+}
+
+/// A leader whose stderr is a full pipe nobody reads, for 3×TTL: renewals
+/// go on, the standby never starts its child, lost lines are counted, and
+/// once the pipe is read again one line says how many were dropped.
+fn stalled_stderr(level: &str) {
+    let redis = Redis::start();
+    let key = support::key(&format!("stalled-{level}"));
+    let dir = support::temp_dir(&format!("stalled-{level}"));
+    let (read, write) = os::full_pipe();
+    let a_port = support::free_port();
+    let a_log = probe_log(&dir, "a");
+    let mut a = spawn_with_stderr(
+        &redis,
+        &key,
+        "a",
+        a_port,
+        &["--log-level", level],
+        &a_log,
+        Stdio::from(write),
+    );
+    eventually(PATIENCE, "a to lead with its stderr stalled", || {
+        leads(a_port).then_some(())
+    });
+    let b_log = probe_log(&dir, "b");
+    let b = Leaderd::run(
+        "b",
+        &[
+            &["--redis", &redis.url(), "--key", &key][..],
+            FAST,
+            &["--", &probe_child(), support::path_str(&b_log)],
+        ]
+        .concat(),
+    );
+    b.wait_log(PATIENCE, "lease held by another candidate");
+    // A burst of log lines (each forwarded signal is one) on top of the
+    // stall, until the bounded queue overflows.
+    let before = renewals(a_port);
+    eventually(PATIENCE, "dropped log lines to be counted", || {
+        for _ in 0..50 {
+            os::kill(a.id(), libc::SIGUSR1);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let dropped = os::metric(a_port, "leaderd_log_lines_dropped_total")?;
+        (dropped > 0.0).then_some(())
+    });
+    std::thread::sleep(3 * TTL);
+    let renewed = renewals(a_port) - before;
+    // One every 666 ms: 9 in 6 s; any stall of the loop would show as none.
+    assert!(
+        renewed >= 4.0,
+        "renewals stalled with stderr: {renewed} in 3×TTL"
+    );
+    assert!(leads(a_port) && !b.is_leader(), "a kept the lease");
+    assert_eq!(starts(&a_log).len(), 1, "a's child started once");
+    assert!(starts(&b_log).is_empty(), "b never started its child");
+    // Read the pipe again: the notice arrives.
+    let mut text = String::new();
+    eventually(PATIENCE, "the dropped-lines notice", || {
+        text.push_str(&String::from_utf8_lossy(&os::drain(&read)));
+        text.contains("log lines were dropped").then_some(())
+    });
+    os::kill(a.id(), libc::SIGTERM);
+    let code = eventually(PATIENCE, "a to exit", || {
+        text.push_str(&String::from_utf8_lossy(&os::drain(&read)));
+        a.try_wait().expect("wait")
+    });
+    assert_eq!(code.code(), Some(0), "{text}");
+}
+
+#[test]
+fn a_stalled_stderr_never_stops_renewals_at_the_default_level() {
+    stalled_stderr("info");
+}
+
+#[test]
+fn a_stalled_stderr_never_stops_renewals_at_debug() {
+    stalled_stderr("debug");
+}
+
+#[test]
+fn a_closed_stderr_is_survived_before_start_and_mid_run() {
+    let redis = Redis::start();
+    let dir = support::temp_dir("closed-stderr");
+    for closed_before_start in [true, false] {
+        let key = support::key(&format!("closed-{closed_before_start}"));
+        let (read, write): (OwnedFd, OwnedFd) = {
+            let (r, w) = std::io::pipe().expect("pipe");
+            (r.into(), w.into())
+        };
+        let read = if closed_before_start {
+            drop(read);
+            None
+        } else {
+            Some(read)
+        };
+        let port = support::free_port();
+        let log = probe_log(&dir, &key);
+        let mut a = spawn_with_stderr(&redis, &key, "a", port, &[], &log, Stdio::from(write));
+        eventually(PATIENCE, "a to lead", || leads(port).then_some(()));
+        drop(read); // mid-run: the reader goes away
+        let before = renewals(port);
+        eventually(PATIENCE, "two more renewals", || {
+            (renewals(port) >= before + 2.0).then_some(())
+        });
+        assert!(leads(port), "still leading");
+        assert_eq!(starts(&log).len(), 1);
+        os::kill(a.id(), libc::SIGTERM);
+        assert_eq!(
+            wait_exit(&mut a, PATIENCE),
+            0,
+            "no panic (101), a clean exit"
+        );
+        assert_eq!(
+            redis.get(&format!("leaderd:{{{key}}}:lease")),
+            None,
+            "released"
+        );
+    }
+}
+
+#[test]
+fn a_frozen_leaderd_has_its_child_killed_by_the_guard_before_its_lease_ends() {
+    let redis = Redis::start();
+    let key = support::key("frozen");
+    let dir = support::temp_dir("frozen");
+    let (a_log, b_log) = (probe_log(&dir, "a"), probe_log(&dir, "b"));
+    let a_port = support::free_port();
+    let mut a = spawn_with_stderr(&redis, &key, "a", a_port, &[], &a_log, Stdio::null());
+    eventually(PATIENCE, "a to lead", || leads(a_port).then_some(()));
+    let b = Leaderd::run(
+        "b",
+        &[
+            &["--redis", &redis.url(), "--key", &key][..],
+            FAST,
+            &["--", &probe_child(), support::path_str(&b_log)],
+        ]
+        .concat(),
+    );
+    b.wait_log(PATIENCE, "lease held by another candidate");
+    let (child, _) = eventually(PATIENCE, "a's child", || starts(&a_log).pop());
+    os::kill(a.id(), libc::SIGSTOP);
+    let stopped = mono_ns();
+    let pttl = redis.pttl(&format!("leaderd:{{{key}}}:lease"));
+    assert!(pttl > 0, "a's lease is live when a freezes");
+    let lapses = stopped + pttl as u128 * 1_000_000;
+    let dead = eventually(PATIENCE, "the guard to kill a's child", || {
+        (!alive(child)).then(mono_ns)
+    });
+    let (_, b_started) = eventually(PATIENCE, "b's child", || starts(&b_log).pop());
+    // Let a stay frozen for 2×TTL in all.
+    let thawed = stopped + 2 * TTL.as_nanos();
+    std::thread::sleep(Duration::from_nanos(thawed.saturating_sub(mono_ns()) as u64));
+    os::kill(a.id(), libc::SIGCONT);
+    eprintln!(
+        "child killed {} ms after SIGSTOP, {} ms before the lease lapsed; b's child started {} ms after",
+        (dead - stopped) / 1_000_000,
+        lapses.saturating_sub(dead) / 1_000_000,
+        (b_started.saturating_sub(dead)) / 1_000_000
+    );
+    assert!(dead < lapses, "the child died before a's lease could lapse");
+    assert!(
+        dead < b_started,
+        "zero overlap: b's child started after a's died"
+    );
+    eventually(PATIENCE, "a to notice it no longer leads", || {
+        support::http_get(a_port, "/leader")
+            .filter(|(code, body)| *code == 503 && body["state"] == "waiting")
+            .map(|_| ())
+    });
+    assert!(b.is_leader(), "b leads on");
+    assert_eq!(starts(&a_log).len(), 1, "a restarted nothing");
+    os::kill(a.id(), libc::SIGTERM);
+    assert_eq!(wait_exit(&mut a, PATIENCE), 0);
+}
+
+#[test]
+fn exhausted_file_descriptors_make_the_http_api_back_off_not_spin() {
+    let redis = Redis::start();
+    let key = support::key("emfile");
+    let dir = support::temp_dir("emfile");
+    let port = support::free_port();
+    let url = redis.url();
+    let http = format!("127.0.0.1:{port}");
+    let probe = probe_child();
+    let log = probe_log(&dir, "a");
+    let mut args = vec![
+        "run", "--id", "a", "--http", &http, "--redis", &url, "--key", &key,
+    ];
+    args.extend_from_slice(FAST);
+    args.extend_from_slice(&["--", &probe, support::path_str(&log)]);
+    let mut cmd = support::command(&args);
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    // SAFETY: setrlimit is async-signal-safe; runs in the child before exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            let limit = libc::rlimit {
+                rlim_cur: 32,
+                rlim_max: 32,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            Ok(())
+        });
+    }
+    let mut a = cmd.spawn().expect("spawn leaderd");
+    eventually(PATIENCE, "a to lead", || leads(port).then_some(()));
+    let flood: Vec<_> = (0..64)
+        .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    assert!(flood.len() > 32, "the flood got through the backlog");
+    let lease = format!("leaderd:{{{key}}}:lease");
+    let (ticks, at) = (os::cpu_ticks(a.id()), std::time::Instant::now());
+    std::thread::sleep(3 * TTL / 2);
+    let used = (os::cpu_ticks(a.id()) - ticks) as f64
+        / os::clock_ticks_per_second() as f64
+        / at.elapsed().as_secs_f64();
+    eprintln!("CPU while flooded: {:.1} %", used * 100.0);
+    assert!(
+        used < 0.3,
+        "the accept loop spins: {:.0} % CPU",
+        used * 100.0
+    );
+    // Renewals went on: the lease is still a's, with most of its TTL left.
+    let held: serde_json::Value =
+        serde_json::from_str(&redis.get(&lease).expect("the lease is held")).unwrap();
+    assert_eq!(held["id"], "a");
+    assert!(redis.pttl(&lease) > 500, "renewed during the flood");
+    drop(flood);
+    eventually(PATIENCE, "HTTP to recover", || leads(port).then_some(()));
+    os::kill(a.id(), libc::SIGTERM);
+    assert_eq!(wait_exit(&mut a, PATIENCE), 0);
+}
+
+#[test]
+fn a_key_nobody_can_take_is_reported_and_never_overwritten() {
+    let redis = Redis::start();
+    let cases: [(&str, &dyn Fn(&str), &str); 3] = [
+        (
+            "foreign",
+            &|k| drop(redis.cmd(&["SET", k, "not-leaderd"])),
+            "did not write, with no expiry",
+        ),
+        (
+            "persisted",
+            &|k| {
+                let v = r#"{"id":"ghost","fencing_token":3,"token":"t"}"#;
+                drop(redis.cmd(&["SET", k, v]));
+            },
+            "no expiry (made permanent",
+        ),
+        (
+            "wrongtype",
+            &|k| drop(redis.cmd(&["HSET", k, "a", "b"])),
+            "not a string",
+        ),
+    ];
+    for (name, plant, what) in cases {
+        let key = support::key(&format!("blocked-{name}"));
+        let lease = format!("leaderd:{{{key}}}:lease");
+        plant(&lease);
+        let before = redis.cmd(&["DUMP", &lease]);
+        let standby = support::on_redis(&redis, &key, "a", FAST);
+        let line = standby.wait_log(PATIENCE, "cannot be taken");
+        assert!(
+            line.contains(what) && line.contains(&format!("DEL {lease}")),
+            "{name}: {line}"
+        );
+        let (code, _, stderr) =
+            support::run_to_end(&["status", "--redis", &redis.url(), "--key", &key]);
+        assert_eq!(code, 1, "{name}: {stderr}");
+        assert!(
+            stderr.contains(what) && stderr.contains("DEL"),
+            "{name}: {stderr}"
+        );
+        assert!(!standby.is_leader(), "{name}: nobody leads");
+        assert_eq!(redis.cmd(&["DUMP", &lease]), before, "{name}: untouched");
+        assert_eq!(redis.pttl(&lease), -1, "{name}: no expiry added");
+    }
+}

@@ -1,0 +1,124 @@
+//! Operating-system probes for the safety tests: the shared monotonic clock,
+//! signals by number, processes by parent, pipes, and CPU time.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// Now on `CLOCK_MONOTONIC`, in ns: the clock the probe child stamps its
+/// lines with, so instants compare across processes.
+pub fn mono_ns() -> u128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128
+}
+
+/// kill(2) without starting a process, so the instant is the test's own.
+pub fn kill(pid: u32, signal: i32) {
+    // SAFETY: plain syscall.
+    unsafe {
+        libc::kill(pid as i32, signal);
+    }
+}
+
+/// Live (not zombie) processes whose parent is `parent`.
+pub fn children_of(parent: u32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .is_some_and(|s| {
+                    let rest = &s[s.rfind(')').map_or(0, |i| i + 2)..];
+                    let f: Vec<&str> = rest.split_whitespace().collect();
+                    f.len() > 1 && f[0] != "Z" && f[1] == parent.to_string()
+                })
+        })
+        .collect()
+}
+
+/// User + system CPU time of `pid`, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process exists");
+    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
+}
+
+pub fn clock_ticks_per_second() -> u64 {
+    // SAFETY: plain libc call.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as u64 }
+}
+
+/// Whether `signal` is caught or blocked by `pid`: its own code has started.
+pub fn handles_signal(pid: u32, signal: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let bit = 1u64 << (signal - 1);
+    status.lines().any(|l| {
+        ["SigBlk:", "SigCgt:"].iter().any(|field| {
+            l.strip_prefix(field)
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+                .is_some_and(|mask| mask & bit != 0)
+        })
+    })
+}
+
+/// A pipe whose buffer is already full, as when its reader stopped reading:
+/// (read end, write end). The write end is blocking again, as a log pipe is.
+pub fn full_pipe() -> (OwnedFd, OwnedFd) {
+    let (read, write) = std::io::pipe().expect("pipe");
+    let (read, write): (OwnedFd, OwnedFd) = (read.into(), write.into());
+    let fd = write.as_raw_fd();
+    // SAFETY: fcntl and write on a descriptor we own, with a valid buffer.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        let block = [b'x'; 4096];
+        while libc::write(fd, block.as_ptr().cast(), block.len()) > 0 {}
+        let mut byte = [b'x'; 1];
+        while libc::write(fd, byte.as_mut_ptr().cast(), 1) > 0 {}
+        libc::fcntl(fd, libc::F_SETFL, flags);
+    }
+    (read, write)
+}
+
+/// Reads what is in the pipe now, without blocking.
+pub fn drain(read: &OwnedFd) -> Vec<u8> {
+    let fd = read.as_raw_fd();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    // SAFETY: fcntl and read on a descriptor we own, with a valid buffer.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        loop {
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            if n <= 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n as usize]);
+        }
+    }
+    out
+}
+
+/// A number from the Prometheus text at `port`'s `/metrics`: the sample
+/// whose line starts with `series` (name and labels as printed).
+pub fn metric(port: u16, series: &str) -> Option<f64> {
+    let (_, body) = super::http_get(port, "/metrics")?;
+    let text = body.as_str()?.to_string();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// A pseudo-random number below `n`, from the clock: enough to spread
+/// signal instants, no crate needed.
+pub fn below(n: u64) -> u64 {
+    (mono_ns() as u64 ^ (mono_ns() as u64 >> 17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) % n
+}
