@@ -95,7 +95,7 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
         renew_deadline = ?config.timing.renew_deadline,
         "leaderd starting"
     );
-    let (work, work_events) = Work::new(child, webhooks, metrics.clone());
+    let (work, work_events) = Work::new(child, webhooks, metrics.clone(), shutdown.clone());
     let outputs = runner::Outputs {
         status: status_tx,
         changes,

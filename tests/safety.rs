@@ -304,7 +304,8 @@ fn exhausted_file_descriptors_make_the_http_api_back_off_not_spin() {
 #[test]
 fn a_key_nobody_can_take_is_reported_and_never_overwritten() {
     let redis = Redis::start();
-    let cases: [(&str, &dyn Fn(&str), &str); 3] = [
+    type Plant<'a> = &'a dyn Fn(&str);
+    let cases: [(&str, Plant, &str); 3] = [
         (
             "foreign",
             &|k| drop(redis.cmd(&["SET", k, "not-leaderd"])),

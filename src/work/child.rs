@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// How often a stopping group is checked for stragglers: members of the
 /// group do not all send us SIGCHLD.
@@ -94,6 +95,9 @@ struct Supervisor {
     restarts: u32,
     /// The latest kill-by instant from the runner (see [`Command::Deadline`]).
     deadline: Option<Instant>,
+    /// Set by the first SIGTERM/SIGINT: from then on no child is started,
+    /// even one the machine asked for just before the signal came.
+    shutdown: CancellationToken,
 }
 
 /// Runs the supervisor until `commands` closes, then kills whatever is left.
@@ -102,6 +106,7 @@ pub async fn supervise(
     mut commands: mpsc::UnboundedReceiver<Command>,
     events: mpsc::UnboundedSender<WorkEvent>,
     metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
 ) {
     process::become_subreaper();
     let (Ok(mut chld), Ok(mut hup), Ok(mut usr1), Ok(mut usr2)) = (
@@ -122,6 +127,7 @@ pub async fn supervise(
         phase: Phase::Idle,
         restarts: 0,
         deadline: None,
+        shutdown,
     };
     loop {
         let timer = s.next_timer();
@@ -207,6 +213,11 @@ impl Supervisor {
     }
 
     fn spawn(&mut self, fencing_token: u64) {
+        if self.shutdown.is_cancelled() {
+            tracing::info!(fencing_token, "not starting the child: shutdown requested");
+            self.phase = Phase::Idle;
+            return;
+        }
         if self.deadline.is_some_and(|d| d <= Instant::now()) {
             // Past the lease's kill-by instant (a restart after leaderd was
             // frozen, say): the machine is about to step down; never start.

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkEvent {
@@ -51,19 +52,22 @@ const WEBHOOK_GRACE_AT_EXIT: std::time::Duration = std::time::Duration::from_sec
 
 impl Work {
     /// The work: a supervised child if `child` is given, else elect-only (the
-    /// worker beside leaderd asks `/leader`); webhooks with either. Must be
-    /// called inside the runtime, whose thread then spawns the children (see
+    /// worker beside leaderd asks `/leader`); webhooks with either. No child
+    /// is started once `shutdown` is cancelled. Must be called inside the runtime, whose thread then spawns the children (see
     /// `process` on parent-death signals).
     pub fn new(
         child: Option<child::ChildSpec>,
         webhooks: Option<webhook::Webhooks>,
         metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
     ) -> (Self, mpsc::UnboundedReceiver<WorkEvent>) {
         let (events, rx) = mpsc::unbounded_channel();
         let kind = match child {
             Some(spec) => {
                 let (commands, command_rx) = mpsc::unbounded_channel();
-                let supervisor = tokio::spawn(child::supervise(spec, command_rx, events, metrics));
+                let supervisor = tokio::spawn(child::supervise(
+                    spec, command_rx, events, metrics, shutdown,
+                ));
                 Kind::Child {
                     commands,
                     supervisor,

@@ -1,0 +1,240 @@
+//! Issue #10: a shutdown is never forgotten and leaves nothing behind.
+//! SIGTERM at random instants of start-up and of a handover, SIGTERM while
+//! Redis is frozen, and leaderd as PID 1 of a PID namespace; each repeated.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::os::{self, children_of};
+use support::{FAST, Leaderd, Redis, alive, eventually, probe_child, probe_events};
+
+const PATIENCE: Duration = Duration::from_secs(10);
+
+fn with_probe(redis: &Redis, key: &str, id: &str, log: &Path) -> Leaderd {
+    let (probe, url) = (probe_child(), redis.url());
+    let args = [
+        &["--redis", &url, "--key", key][..],
+        FAST,
+        &["--", &probe, support::path_str(log)],
+    ]
+    .concat();
+    Leaderd::run(id, &args)
+}
+
+/// In `node`'s log, no child was started after shutdown was requested.
+fn started_nothing_after_the_signal(node: &Leaderd, what: &str) {
+    let log = node.log();
+    let signal = log
+        .iter()
+        .position(|l| l.contains("shutdown requested"))
+        .unwrap_or_else(|| panic!("{what}: the signal was not seen:\n{}", log.join("\n")));
+    // The supervisor checks the token before each spawn, and logs after
+    // the signal task has set it: no "child started" may follow.
+    let late = log[signal..].iter().find(|l| l.contains("child started"));
+    assert!(
+        late.is_none(),
+        "{what}: a child started after the signal:\n{}",
+        log.join("\n")
+    );
+}
+
+fn started_pids(log: &Path) -> Vec<i32> {
+    probe_events(log)
+        .into_iter()
+        .filter(|e| e.kind == "start")
+        .map(|e| e.pid)
+        .collect()
+}
+
+#[test]
+fn sigterm_in_the_first_50ms_never_starts_a_child_after_it() {
+    let redis = Redis::start();
+    let dir = support::temp_dir("early-term");
+    for run in 0..40 {
+        let key = support::key("early-term");
+        let log = dir.join(format!("{run}.probe"));
+        let mut node = with_probe(&redis, &key, "a", &log);
+        // From the first instant leaderd's own code runs (the dynamic loader
+        // before it can be killed by any signal, like any program).
+        eventually(PATIENCE, "leaderd's code to run", || {
+            os::handles_signal(node.pid(), libc::SIGTERM).then_some(())
+        });
+        std::thread::sleep(Duration::from_micros(os::below(50_000)));
+        node.signal("TERM");
+        let status = node.wait_exit(PATIENCE);
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "run {run}:\n{}",
+            node.log().join("\n")
+        );
+        started_nothing_after_the_signal(&node, &format!("run {run}"));
+        for pid in started_pids(&log) {
+            assert!(!alive(pid), "run {run}: child {pid} outlived leaderd");
+        }
+        assert_eq!(redis.get(&format!("leaderd:{{{key}}}:lease")), None);
+    }
+}
+
+#[test]
+fn sigterm_to_a_standby_woken_by_a_release_never_starts_its_child() {
+    let redis = Redis::start();
+    let dir = support::temp_dir("woken-term");
+    for run in 0..40 {
+        let key = support::key(&format!("woken-term-{run}"));
+        let logs: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|id| dir.join(format!("{run}-{id}.probe")))
+            .collect();
+        let mut nodes: Vec<Leaderd> = ["a", "b", "c"]
+            .iter()
+            .zip(&logs)
+            .map(|(id, log)| with_probe(&redis, &key, id, log))
+            .collect();
+        let leader = eventually(PATIENCE, "a leader", || {
+            nodes.iter().position(Leaderd::is_leader)
+        });
+        let standby = (leader + 1) % 3;
+        nodes[standby].wait_log(PATIENCE, "lease held by another candidate");
+        nodes[leader].signal("TERM");
+        std::thread::sleep(Duration::from_micros(os::below(5_000)));
+        nodes[standby].signal("TERM");
+        for n in [leader, standby] {
+            let status = nodes[n].wait_exit(PATIENCE);
+            let what = format!("run {run}, {}", nodes[n].id);
+            assert_eq!(status.code(), Some(0), "{what}");
+            started_nothing_after_the_signal(&nodes[n], &what);
+            for pid in started_pids(&logs[n]) {
+                assert!(!alive(pid), "{what}: child {pid} outlived leaderd");
+            }
+        }
+    }
+}
+
+#[test]
+fn sigterm_while_redis_is_frozen_exits_in_time_and_leaves_nothing_behind() {
+    let redis = Redis::start();
+    let dir = support::temp_dir("frozen-redis-term");
+    let mut slowest = Duration::ZERO;
+    for run in 0..10 {
+        let key = support::key(&format!("frozen-redis-{run}"));
+        let log = dir.join(format!("{run}.probe"));
+        let mut a = with_probe(&redis, &key, "a", &log);
+        a.wait_leading(PATIENCE);
+        let mut b = with_probe(&redis, &key, "b", &dir.join(format!("{run}-b.probe")));
+        b.wait_log(PATIENCE, "lease held by another candidate");
+        eventually(PATIENCE, "a's child", || started_pids(&log).pop());
+        // Every process each one started: guards (the standby guard
+        // included, once spawned) and the child.
+        let spawned = eventually(PATIENCE, "standby guards to be spawned", || {
+            let (ca, cb) = (children_of(a.pid()), children_of(b.pid()));
+            (ca.len() >= 3 && !cb.is_empty()).then(|| [ca, cb].concat())
+        });
+        redis.pause();
+        let signalled = Instant::now();
+        a.signal("TERM");
+        b.signal("TERM");
+        for node in [&mut a, &mut b] {
+            let status = node.wait_exit(PATIENCE);
+            assert_eq!(status.code(), Some(0), "run {run}, {}", node.id);
+        }
+        slowest = slowest.max(signalled.elapsed());
+        redis.resume();
+        let left: Vec<_> = spawned.iter().filter(|p| alive(**p)).collect();
+        assert!(left.is_empty(), "run {run}: outlived leaderd: {left:?}");
+    }
+    eprintln!("slowest exit with Redis frozen: {slowest:?}");
+    // Stop the child, two release attempts of 200 ms each: well under 5 s.
+    assert!(slowest < Duration::from_secs(5), "{slowest:?}");
+}
+
+/// `unshare` arguments that make a PID namespace here, or why not.
+fn pid_namespace() -> Result<Vec<&'static str>, String> {
+    let mut tried = Vec::new();
+    for args in [
+        vec!["--pid", "--fork", "--mount-proc"],
+        vec![
+            "--user",
+            "--map-root-user",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+        ],
+    ] {
+        let out = Command::new("unshare")
+            .args(&args)
+            .arg("true")
+            .output()
+            .map_err(|e| format!("unshare: {e}"))?;
+        if out.status.success() {
+            return Ok(args);
+        }
+        tried.push(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Err(tried.join("; "))
+}
+
+fn pid_ns_of(pid: i32) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
+}
+
+#[test]
+fn as_pid_1_of_a_pid_namespace_sigterm_stops_releases_and_empties_it() {
+    let unshare = match pid_namespace() {
+        Ok(args) => args,
+        Err(why) if std::env::var_os("CI").is_none() => {
+            eprintln!("SKIPPED: cannot create a PID namespace here ({why})");
+            return;
+        }
+        Err(why) => panic!("cannot create a PID namespace in CI: {why}"),
+    };
+    let redis = Redis::start();
+    let dir = support::temp_dir("pid1");
+    for run in 0..10 {
+        let key = support::key(&format!("pid1-{run}"));
+        let log = dir.join(format!("{run}.probe"));
+        let (url, probe, http) = (redis.url(), probe_child(), support::free_port());
+        let http = format!("127.0.0.1:{http}");
+        let mut args = vec!["run", "--id", "pid1", "--http", &http];
+        args.extend_from_slice(&["--redis", &url, "--key", &key]);
+        args.extend_from_slice(FAST);
+        args.extend_from_slice(&["--", &probe, support::path_str(&log)]);
+        let mut outer = Command::new("unshare")
+            .args(&unshare)
+            .arg(support::BIN)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn unshare");
+        let leaderd = eventually(PATIENCE, "leaderd inside the namespace", || {
+            children_of(outer.id()).first().copied()
+        });
+        let ns = pid_ns_of(leaderd).expect("its PID namespace");
+        // (Its PID in the probe log is the namespace's own.)
+        eventually(PATIENCE, "the child", || started_pids(&log).pop());
+        let lease = format!("leaderd:{{{key}}}:lease");
+        assert!(redis.get(&lease).is_some(), "run {run}: leading");
+        os::kill(leaderd as u32, libc::SIGTERM);
+        let status = eventually(PATIENCE, "unshare to exit", || {
+            outer.try_wait().expect("wait")
+        });
+        assert_eq!(status.code(), Some(0), "run {run}: leaderd's exit code");
+        let stopped = probe_events(&log).iter().any(|e| e.kind == "stop");
+        assert!(stopped, "run {run}: the child was stopped gracefully");
+        assert_eq!(redis.get(&lease), None, "run {run}: released");
+        let left: Vec<i32> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| alive(*pid) && pid_ns_of(*pid).as_ref() == Some(&ns))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "run {run}: left in the namespace: {left:?}"
+        );
+    }
+}
