@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 use support::os::{self, mono_ns};
-use support::{FAST, Leaderd, Redis, alive, eventually, probe_child, probe_events};
+use support::{FAST, Redis, alive, eventually, probe_child, probe_events};
 
 const PATIENCE: Duration = Duration::from_secs(10);
 const TTL: Duration = Duration::from_secs(2); // FAST
@@ -93,15 +93,7 @@ fn stalled_stderr(level: &str) {
         leads(a_port).then_some(())
     });
     let b_log = probe_log(&dir, "b");
-    let b = Leaderd::run(
-        "b",
-        &[
-            &["--redis", &redis.url(), "--key", &key][..],
-            FAST,
-            &["--", &probe_child(), support::path_str(&b_log)],
-        ]
-        .concat(),
-    );
+    let b = support::with_probe(&redis, &key, "b", &b_log);
     b.wait_log(PATIENCE, "lease held by another candidate");
     // A burst of log lines (each forwarded signal is one) on top of the
     // stall, until the bounded queue overflows.
@@ -198,15 +190,7 @@ fn a_frozen_leaderd_has_its_child_killed_by_the_guard_before_its_lease_ends() {
     let a_port = support::free_port();
     let mut a = spawn_with_stderr(&redis, &key, "a", a_port, &[], &a_log, Stdio::null());
     eventually(PATIENCE, "a to lead", || leads(a_port).then_some(()));
-    let b = Leaderd::run(
-        "b",
-        &[
-            &["--redis", &redis.url(), "--key", &key][..],
-            FAST,
-            &["--", &probe_child(), support::path_str(&b_log)],
-        ]
-        .concat(),
-    );
+    let b = support::with_probe(&redis, &key, "b", &b_log);
     b.wait_log(PATIENCE, "lease held by another candidate");
     let (child, _) = eventually(PATIENCE, "a's child", || starts(&a_log).pop());
     os::kill(a.id(), libc::SIGSTOP);

@@ -8,20 +8,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::os::{self, children_of};
-use support::{FAST, Leaderd, Redis, alive, eventually, probe_child, probe_events};
+use support::{FAST, Leaderd, Redis, alive, eventually, probe_child, probe_events, with_probe};
 
 const PATIENCE: Duration = Duration::from_secs(10);
-
-fn with_probe(redis: &Redis, key: &str, id: &str, log: &Path) -> Leaderd {
-    let (probe, url) = (probe_child(), redis.url());
-    let args = [
-        &["--redis", &url, "--key", key][..],
-        FAST,
-        &["--", &probe, support::path_str(log)],
-    ]
-    .concat();
-    Leaderd::run(id, &args)
-}
 
 /// In `node`'s log, no child was started after shutdown was requested.
 fn started_nothing_after_the_signal(node: &Leaderd, what: &str) {

@@ -465,32 +465,47 @@ pub fn alive(pid: i32) -> bool {
         .is_some_and(|zombie| !zombie)
 }
 
-/// Live processes in process group `pgid`.
-pub fn group_members(pgid: i32) -> Vec<i32> {
+/// `(state, ppid, pgrp)` of `pid`, from `/proc/PID/stat`.
+pub fn proc_stat(pid: i32) -> Option<(String, i32, i32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: parse after the last ')'.
+    let mut f = s[s.rfind(')')? + 2..].split_whitespace();
+    let state = f.next()?.to_string();
+    Some((state, f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+}
+
+/// Live (not zombie) processes for which `pick(ppid, pgrp)` holds.
+pub fn live_processes(pick: impl Fn(i32, i32) -> bool) -> Vec<i32> {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .is_some_and(|s| {
-                    let rest = &s[s.rfind(')').map_or(0, |i| i + 2)..];
-                    let f: Vec<&str> = rest.split_whitespace().collect();
-                    f.len() > 2 && f[0] != "Z" && f[2] == pgid.to_string()
-                })
+            proc_stat(*pid).is_some_and(|(state, ppid, pgrp)| state != "Z" && pick(ppid, pgrp))
         })
         .collect()
 }
 
+/// Live processes in process group `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    live_processes(|_, pgrp| pgrp == pgid)
+}
+
 pub fn pgid_of(pid: i32) -> i32 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process exists");
-    let rest = &s[s.rfind(')').expect("stat format") + 2..];
-    rest.split_whitespace()
-        .nth(2)
-        .expect("pgrp")
-        .parse()
-        .expect("number")
+    proc_stat(pid).expect("process exists").2
+}
+
+/// `leaderd run` on `redis` with the FAST timing and the probe child
+/// recording to `log`.
+pub fn with_probe(redis: &Redis, key: &str, id: &str, log: &Path) -> Leaderd {
+    let (probe, url) = (probe_child(), redis.url());
+    let args = [
+        &["--redis", &url, "--key", key][..],
+        FAST,
+        &["--", &probe, path_str(log)],
+    ]
+    .concat();
+    Leaderd::run(id, &args)
 }
 
 /// One request a [`Receiver`] got.

@@ -4,15 +4,10 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Now on `CLOCK_MONOTONIC`, in ns: the clock the probe child stamps its
-/// lines with, so instants compare across processes.
+/// lines with (and the guard's dead-man's switch runs on), so instants
+/// compare across processes.
 pub fn mono_ns() -> u128 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128
+    u128::from(leaderd::work::guard::monotonic_ns())
 }
 
 /// kill(2) without starting a process, so the instant is the test's own.
@@ -25,20 +20,7 @@ pub fn kill(pid: u32, signal: i32) {
 
 /// Live (not zombie) processes whose parent is `parent`.
 pub fn children_of(parent: u32) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .is_some_and(|s| {
-                    let rest = &s[s.rfind(')').map_or(0, |i| i + 2)..];
-                    let f: Vec<&str> = rest.split_whitespace().collect();
-                    f.len() > 1 && f[0] != "Z" && f[1] == parent.to_string()
-                })
-        })
-        .collect()
+    super::live_processes(|ppid, _| ppid == parent as i32)
 }
 
 /// User + system CPU time of `pid`, in clock ticks.
