@@ -1,8 +1,8 @@
 //! The three commands (`run`, `status`, `check`) wired from their parts, and
 //! the mapping of their outcomes to exit codes (PRODUCT §1).
 
-use crate::config::{BackendConfig, Config, ConfigError};
-use crate::lease::{self, Backend, Peek};
+use crate::config::{Config, ConfigError};
+use crate::lease::{self, LeaseBackend, Peek};
 use crate::metrics::Metrics;
 use crate::status::Snapshot;
 use crate::work::Work;
@@ -39,8 +39,8 @@ impl Failure {
     }
 }
 
-fn backend(config: &Config) -> Result<Backend, Failure> {
-    Backend::new(config).map_err(|e| Failure::Config(ConfigError(e.to_string())))
+fn backend(config: &Config) -> Result<Box<dyn LeaseBackend>, Failure> {
+    lease::open(config).map_err(|e| Failure::Config(ConfigError(e.to_string())))
 }
 
 /// `leaderd run`: campaign until SIGTERM/SIGINT, then release and return.
@@ -51,17 +51,10 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
     let metrics = Arc::new(Metrics::new(&config.key));
     let child = child_spec(&config)?;
     let webhooks = webhooks(&config, &metrics)?;
-    if let BackendConfig::LockFile {
-        path,
-        implicit: true,
-    } = &config.backend
-    {
-        tracing::warn!(
-            lock_file = %path.display(),
-            "no backend configured: using a lock file, which coordinates candidates on this host only; give --redis to elect across hosts"
-        );
-    }
     let backend = backend(&config)?;
+    for note in backend.notes() {
+        tracing::warn!("{note}");
+    }
     let (status_tx, status_rx) = watch::channel(Snapshot::new());
     // Enough for a burst of transitions; a subscriber that lags skips ahead.
     let (changes, _) = broadcast::channel(64);
@@ -241,55 +234,32 @@ fn describe_peek(key: &str, peek: &Peek) -> String {
 /// `leaderd check --offline`: the effective configuration, validated, with
 /// no connection to the backend.
 pub fn check_offline(config: Config) -> Result<ExitCode, Failure> {
-    describe_config(&config);
+    let backend = backend(&config)?;
+    describe_config(&config, backend.as_ref());
     println!("# ok: configuration is valid (--offline: the backend was not contacted)");
     Ok(ExitCode::SUCCESS)
 }
 
-fn describe_config(config: &Config) {
+fn describe_config(config: &Config, backend: &dyn LeaseBackend) {
     print!("{}", config.describe());
-    if let BackendConfig::LockFile { implicit: true, .. } = &config.backend {
-        println!("# note: no backend configured; the lock file coordinates this host only");
+    for note in backend.notes() {
+        println!("# note: {note}");
     }
 }
 
-/// `leaderd check`: the effective configuration, then a look at the backend.
+/// `leaderd check`: the effective configuration, then a look at the backend
+/// and the backend's own check of what `run` will do.
 pub async fn check(config: Config) -> Result<ExitCode, Failure> {
-    describe_config(&config);
     let mut backend = backend(&config)?;
+    describe_config(&config, backend.as_ref());
     let peek = backend.peek().await.map_err(Failure::Backend)?;
     println!(
         "# ok: reached {}; {}",
         backend.describe(),
         describe_peek(&config.key, &peek)
     );
-    if let BackendConfig::Redis { .. } = &config.backend {
-        exercise_scripts(&config).await?;
+    for line in backend.self_check().await.map_err(Failure::Backend)? {
+        println!("# ok: {line}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Runs acquire, renew and release on a scratch election (`KEY.check`) as
-/// the configured user, so a missing ACL permission shows up now rather than
-/// at the first election. Leaves only the scratch fence counter behind.
-async fn exercise_scripts(config: &Config) -> Result<(), Failure> {
-    let mut scratch_config = config.clone();
-    scratch_config.key = format!("{}.check", config.key);
-    let mut scratch = backend(&scratch_config)?;
-    match scratch.acquire().await.map_err(Failure::Backend)? {
-        lease::Acquire::Won { .. } => {
-            scratch.renew().await.map_err(Failure::Backend)?;
-            scratch.release().await.map_err(Failure::Backend)?;
-        }
-        // Another `check` is running right now: acquire was still exercised.
-        lease::Acquire::Held { .. } => {}
-    }
-    if let lease::Backend::Redis(redis) = &scratch {
-        redis.probe_wake_queue().await.map_err(Failure::Backend)?;
-    }
-    println!(
-        "# ok: acquire, renew, release and the wait for wake-ups run as the configured user (scratch key leaderd:{{{}}}:lease)",
-        scratch_config.key
-    );
-    Ok(())
 }

@@ -4,7 +4,7 @@
 //! back as events.
 
 use crate::config::Config;
-use crate::lease::{self, Acquire, Backend, Holder, Renew};
+use crate::lease::{self, Acquire, Holder, LeaseBackend, Renew};
 use crate::machine::{Action, Event, Machine, State, StateName};
 use crate::metrics::Metrics;
 use crate::status::{Change, HeldLease, Observed, Snapshot};
@@ -46,7 +46,7 @@ struct Ident<'a> {
 /// child's exit code when `on_child_exit = exit` ended the run.
 pub async fn run(
     config: &Config,
-    backend: Backend,
+    backend: Box<dyn LeaseBackend>,
     mut work: Work,
     mut work_events: mpsc::UnboundedReceiver<WorkEvent>,
     outputs: Outputs,
@@ -69,14 +69,11 @@ pub async fn run(
     let (report_tx, mut reports) = mpsc::unbounded_channel();
     let (notice_tx, mut notices) = mpsc::unbounded_channel();
     let stop_watching = CancellationToken::new();
-    let watcher = backend.wake_queue().map(|queue| {
-        lease::notify::watch(
-            queue,
-            config.timing.retry_interval,
-            notice_tx,
-            stop_watching.clone(),
-        )
-    });
+    let watcher = backend.watch_releases(
+        config.timing.retry_interval,
+        notice_tx,
+        stop_watching.clone(),
+    );
     let worker = tokio::spawn(lease_worker(backend, op_rx, report_tx, metrics.clone()));
     let mut errors = ErrorLog::default();
     let mut state = State::Idle;
@@ -182,7 +179,7 @@ fn with_jitter(deadline: Instant, state: &State) -> Instant {
 }
 
 async fn lease_worker(
-    mut backend: Backend,
+    mut backend: Box<dyn LeaseBackend>,
     mut ops: mpsc::UnboundedReceiver<Op>,
     reports: mpsc::UnboundedSender<Report>,
     metrics: Arc<Metrics>,

@@ -3,7 +3,8 @@
 //! the holder dies. The file's content names the holder and the fencing token
 //! (`cat` it to see who leads); the lock, not the content, decides.
 
-use super::{Acquire, Error, Holder, Peek, Renew};
+use super::{Acquire, BoxFuture, Error, Holder, LeaseBackend, Peek, Renew};
+use crate::config::{BackendConfig, Config};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::MetadataExt;
@@ -20,6 +21,8 @@ pub struct FileLease {
     id: String,
     held: Option<File>,
     highest_fencing: u64,
+    /// The embedded default, chosen because no backend was configured.
+    implicit: bool,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -35,11 +38,19 @@ impl FileLease {
             id: id.to_string(),
             held: None,
             highest_fencing: 0,
+            implicit: false,
         }
     }
 
-    pub fn describe(&self) -> String {
-        format!("lock file {}", self.path.display())
+    /// The lock file of `config` (see [`super::open`]).
+    pub fn open(config: &Config) -> Self {
+        let BackendConfig::LockFile { path, implicit } = &config.backend else {
+            unreachable!("lease::open passes only a lock-file configuration")
+        };
+        FileLease {
+            implicit: *implicit,
+            ..FileLease::new(path, &config.id)
+        }
     }
 
     fn error(&self, detail: impl std::fmt::Display) -> Error {
@@ -49,7 +60,7 @@ impl FileLease {
         }
     }
 
-    fn open(&self) -> Result<File, Error> {
+    fn open_file(&self) -> Result<File, Error> {
         OpenOptions::new()
             .read(true)
             .write(true)
@@ -70,12 +81,12 @@ impl FileLease {
         serde_json::from_str(&text).ok()
     }
 
-    pub fn acquire(&mut self) -> Result<Acquire, Error> {
+    pub fn acquire_now(&mut self) -> Result<Acquire, Error> {
         let sent_at = Instant::now();
         if self.held.is_some() {
             return Err(self.error("acquire while already holding the lock"));
         }
-        let mut file = self.open()?;
+        let mut file = self.open_file()?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
@@ -122,7 +133,7 @@ impl FileLease {
     /// Still ours while we hold the lock on the file that is at the path: if
     /// someone deleted or replaced the file, another process can lock the new
     /// one, so that counts as lost.
-    pub fn renew(&mut self) -> Result<Renew, Error> {
+    pub fn renew_now(&mut self) -> Result<Renew, Error> {
         let sent_at = Instant::now();
         let Some(file) = &self.held else {
             return Ok(Renew::Lost { holder: None });
@@ -140,21 +151,21 @@ impl FileLease {
 
     /// Unlocks. The content stays, so the next holder continues the fencing
     /// sequence.
-    pub fn release(&mut self) -> bool {
+    pub fn release_now(&mut self) -> bool {
         match self.held.take() {
             Some(file) => file.unlock().is_ok(),
             None => false,
         }
     }
 
-    pub fn peek(&mut self) -> Result<Peek, Error> {
+    pub fn peek_now(&mut self) -> Result<Peek, Error> {
         if !self.path.exists() {
             return Ok(Peek {
                 holder: None,
                 expires_in: None,
             });
         }
-        let mut file = self.open()?;
+        let mut file = self.open_file()?;
         match file.try_lock() {
             Ok(()) => {
                 let _ = file.unlock();
@@ -184,6 +195,50 @@ impl FileLease {
     }
 }
 
+impl LeaseBackend for FileLease {
+    fn describe(&self) -> String {
+        format!("lock file {}", self.path.display())
+    }
+
+    fn notes(&self) -> Vec<String> {
+        if self.implicit {
+            vec![format!(
+                "no backend configured: the lock file {} coordinates candidates on this host only; give --redis to elect across hosts",
+                self.path.display()
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn acquire(&mut self) -> BoxFuture<'_, Result<Acquire, Error>> {
+        Box::pin(std::future::ready(self.acquire_now()))
+    }
+
+    fn renew(&mut self) -> BoxFuture<'_, Result<Renew, Error>> {
+        Box::pin(std::future::ready(self.renew_now()))
+    }
+
+    fn release(&mut self) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(std::future::ready(Ok(self.release_now())))
+    }
+
+    fn peek(&mut self) -> BoxFuture<'_, Result<Peek, Error>> {
+        Box::pin(std::future::ready(self.peek_now()))
+    }
+
+    /// The directory is writable and the file can be opened and locked.
+    fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>> {
+        let checked = self.open_file().map(|_| {
+            vec![format!(
+                "the lock file {} can be opened for locking",
+                self.path.display()
+            )]
+        });
+        Box::pin(std::future::ready(checked))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,31 +254,31 @@ mod tests {
         let Acquire::Won {
             fencing_token: first,
             ..
-        } = a.acquire().unwrap()
+        } = a.acquire_now().unwrap()
         else {
             panic!()
         };
-        let Acquire::Held { holder, .. } = b.acquire().unwrap() else {
+        let Acquire::Held { holder, .. } = b.acquire_now().unwrap() else {
             panic!("b must be refused")
         };
         assert_eq!(holder.id.as_deref(), Some("a"));
-        assert!(matches!(a.renew().unwrap(), Renew::Renewed { .. }));
+        assert!(matches!(a.renew_now().unwrap(), Renew::Renewed { .. }));
         assert_eq!(
-            b.peek().unwrap().holder.and_then(|h| h.fencing_token),
+            b.peek_now().unwrap().holder.and_then(|h| h.fencing_token),
             Some(first)
         );
-        assert!(a.release());
+        assert!(a.release_now());
         let Acquire::Won {
             fencing_token: second,
             ..
-        } = b.acquire().unwrap()
+        } = b.acquire_now().unwrap()
         else {
             panic!()
         };
         assert!(second > first);
         std::fs::remove_file(&path).unwrap();
         assert!(
-            matches!(b.renew().unwrap(), Renew::Lost { .. }),
+            matches!(b.renew_now().unwrap(), Renew::Lost { .. }),
             "a deleted lock file is a lost lease"
         );
         let _ = std::fs::remove_dir_all(&dir);

@@ -1,24 +1,39 @@
 //! Lease backends (PRODUCT §4–§5): acquire, renew and release a lease by
-//! ownership token, and peek at who holds it.
+//! ownership token, and peek at who holds it, behind one trait,
+//! [`LeaseBackend`], whose documentation is the contract.
 //!
-//! The backend owns the random ownership token (a secret: it is never logged
-//! or served) and the bookkeeping that resolves an ambiguous outcome: after a
-//! timed-out acquire the same token is offered again, so a request that did
-//! win is recognised rather than assumed either way.
+//! Each backend is one module: [`file`] (the embedded lock file) and
+//! [`redis`] (one Redis server). A backend owns its connections, its
+//! wake-ups, its errors and their hints, and its part of `leaderd check`.
+//! [`open`] is the one place that chooses a backend from the configuration;
+//! the runner, `app` and the HTTP layer only see the trait.
+//!
+//! A new backend:
+//! 1. a module here implementing [`LeaseBackend`], with its own
+//!    `open(&Config)` constructor;
+//! 2. its variant of [`crate::config::BackendConfig`] and the resolution
+//!    of its options in `config` (flags in `cli`, TOML keys in
+//!    `config::file`);
+//! 3. one arm in [`open`] and its name in [`BACKENDS`], which the contract
+//!    suite (`tests/contract.rs`) checks it runs against.
 
-mod file;
-pub mod notify;
-mod redis;
-
-pub use self::file::FileLease;
-pub use self::redis::RedisLease;
+pub mod file;
+pub mod redis;
 
 use crate::config::{BackendConfig, Config};
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Every backend [`open`] can build, by the name the contract suite uses.
+pub const BACKENDS: [&str; 2] = ["lock-file", "redis"];
 
 /// Who holds a lease, as far as the backend could tell. `id` is `None` when
-/// the key holds something leaderd did not write.
+/// the backend holds something leaderd did not write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     pub id: Option<String>,
@@ -44,7 +59,7 @@ pub enum Renew {
     Renewed {
         sent_at: Instant,
     },
-    /// The key holds another token (`Some`) or nothing (`None`).
+    /// The backend holds another token (`Some`) or nothing (`None`).
     Lost {
         holder: Option<Holder>,
     },
@@ -65,10 +80,14 @@ pub enum Error {
     Timeout { backend: String, timeout: Duration },
     #[error("cannot reach {backend}: {detail}")]
     Connection { backend: String, detail: String },
-    #[error(
-        "{backend} refused leaderd's credentials or permissions: {detail}; check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +rpush +blpop +ping"
-    )]
-    Misconfigured { backend: String, detail: String },
+    /// Credentials or permissions refused; `hint` says, in the backend's
+    /// terms, what leaderd needs.
+    #[error("{backend} refused leaderd's credentials or permissions: {detail}; {hint}")]
+    Misconfigured {
+        backend: String,
+        detail: String,
+        hint: &'static str,
+    },
     #[error("unexpected reply from {backend}: {detail}")]
     Unexpected { backend: String, detail: String },
     #[error("lock file {path}: {detail}")]
@@ -100,73 +119,80 @@ impl Error {
     }
 }
 
-/// The configured backend. An enum rather than a trait object: there are two,
-/// and async methods stay plain.
-pub enum Backend {
-    Redis(Box<RedisLease>),
-    File(FileLease),
+/// What a backend's async methods return: boxed, so the trait can be a
+/// trait object, and `Send`, so the runner can drive it on a task.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A lease backend. The contract, which the state machine's safety rests
+/// on and the contract suite (`tests/contract.rs`) checks for each one:
+///
+/// - **Ownership.** The backend makes a random ownership token per
+///   candidate, keeps it, and never returns, logs or serves it (nor anything
+///   from which it can be recovered). Renew and release act only if the
+///   stored lease is still ours (an atomic compare with the token); a
+///   release that finds another holder, or none, changes nothing.
+/// - **Validity and `sent_at`.** A lease won or renewed is valid for the
+///   TTL counted from `sent_at`, the instant the request was *sent* (taken
+///   before any I/O): the server's expiry is later than that, so the local
+///   validity never outlasts the server's.
+/// - **Ambiguous outcomes.** After a timeout the outcome is unknown. The
+///   backend keeps the token, and the next `acquire` offers the same one, so
+///   a request that did win is recognised as ours rather than assumed either
+///   way. A `release` after a failed or refused acquire is allowed and is a
+///   no-op unless that acquire won.
+/// - **Fencing.** Every acquisition returns a fencing token strictly greater
+///   than every earlier one for the key, even after the backend lost its
+///   data: the backend keeps a floor (the highest token it has seen) and may
+///   add one of its own (Redis: the server's clock in ms).
+/// - **Refusals.** `Held` says who holds the lease and, when known, for how
+///   long: waiters sleep until then. A lease nobody can ever take over (a
+///   foreign value, no expiry, a wrong type) is [`Error::Blocked`], never
+///   overwritten.
+/// - **Wake-ups.** [`LeaseBackend::watch_releases`] is an optimisation only:
+///   a lost wake-up costs latency, never correctness.
+pub trait LeaseBackend: Send {
+    /// A printable name for logs and `status`: secrets redacted.
+    fn describe(&self) -> String;
+
+    /// Caveats about this configuration, to log at start-up and print in
+    /// `check` (e.g. a lock file coordinates one host only).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn acquire(&mut self) -> BoxFuture<'_, Result<Acquire, Error>>;
+
+    fn renew(&mut self) -> BoxFuture<'_, Result<Renew, Error>>;
+
+    /// Releases the lease if it is still ours. `Ok(false)`: it was not, or
+    /// we never held it (then nothing is sent).
+    fn release(&mut self) -> BoxFuture<'_, Result<bool, Error>>;
+
+    fn peek(&mut self) -> BoxFuture<'_, Result<Peek, Error>>;
+
+    /// Starts a task that sends `()` whenever a release makes the lease worth
+    /// trying now, until `stop`. `None`: waiters rely on their timers.
+    fn watch_releases(
+        &self,
+        _retry: Duration,
+        _notices: mpsc::UnboundedSender<()>,
+        _stop: CancellationToken,
+    ) -> Option<JoinHandle<()>> {
+        None
+    }
+
+    /// `leaderd check`, beyond `peek`: exercise what `run` will do (as the
+    /// configured user, on a scratch lease) and return one line per thing
+    /// checked.
+    fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>>;
 }
 
-impl Backend {
-    pub fn new(config: &Config) -> Result<Backend, Error> {
-        match &config.backend {
-            BackendConfig::Redis { url, timeout } => Ok(Backend::Redis(Box::new(RedisLease::new(
-                url,
-                *timeout,
-                &config.key,
-                &config.id,
-                config.timing.ttl,
-            )?))),
-            BackendConfig::LockFile { path, .. } => {
-                Ok(Backend::File(FileLease::new(path, &config.id)))
-            }
-        }
-    }
-
-    /// A printable name (URL with the password redacted, or the file path).
-    pub fn describe(&self) -> String {
-        match self {
-            Backend::Redis(r) => r.describe(),
-            Backend::File(f) => f.describe(),
-        }
-    }
-
-    /// Where waiters are woken on a release, for backends that wake them.
-    pub fn wake_queue(&self) -> Option<notify::WakeQueue> {
-        match self {
-            Backend::Redis(r) => Some(r.wake_queue()),
-            Backend::File(_) => None,
-        }
-    }
-
-    pub async fn acquire(&mut self) -> Result<Acquire, Error> {
-        match self {
-            Backend::Redis(r) => r.acquire().await,
-            Backend::File(f) => f.acquire(),
-        }
-    }
-
-    pub async fn renew(&mut self) -> Result<Renew, Error> {
-        match self {
-            Backend::Redis(r) => r.renew().await,
-            Backend::File(f) => f.renew(),
-        }
-    }
-
-    /// Releases the lease if it is still ours. `Ok(false)`: it was not.
-    pub async fn release(&mut self) -> Result<bool, Error> {
-        match self {
-            Backend::Redis(r) => r.release().await,
-            Backend::File(f) => Ok(f.release()),
-        }
-    }
-
-    pub async fn peek(&mut self) -> Result<Peek, Error> {
-        match self {
-            Backend::Redis(r) => r.peek().await,
-            Backend::File(f) => f.peek(),
-        }
-    }
+/// The configured backend. The only place that branches on its kind.
+pub fn open(config: &Config) -> Result<Box<dyn LeaseBackend>, Error> {
+    Ok(match &config.backend {
+        BackendConfig::Redis { .. } => Box::new(redis::RedisLease::open(config)?),
+        BackendConfig::LockFile { .. } => Box::new(file::FileLease::open(config)),
+    })
 }
 
 /// A fresh 128-bit random ownership token, hex-encoded.

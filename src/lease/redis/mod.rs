@@ -1,25 +1,24 @@
 //! The Redis lease: one key `leaderd:{KEY}:lease` holding
 //! `{"id", "fencing_token", "token"}` with a TTL, a counter
 //! `leaderd:{KEY}:fence`, the wake list `leaderd:{KEY}:wake` (see
-//! [`super::notify`]) and the channel `leaderd:{KEY}:released`. Every
+//! [`wake`]) and the channel `leaderd:{KEY}:released`. Every
 //! operation is one Lua script, called by hash (reloaded after `NOSCRIPT`),
 //! under one overall timeout.
 
-use super::{Acquire, Error, Holder, Peek, Renew, new_token};
-use crate::config::RedisUrl;
-use redis::aio::MultiplexedConnection;
-use redis::{
-    AsyncConnectionConfig, ErrorKind, RedisError, Script, ScriptInvocation, ServerErrorKind, Value,
-};
+mod link;
+pub mod wake;
+
+use super::{Acquire, BoxFuture, Error, Holder, LeaseBackend, Peek, Renew, new_token};
+use crate::config::{BackendConfig, Config, RedisUrl};
+use link::{Link, classify};
+use redis::{Script, Value};
 use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 const HOLDER: &str = include_str!("lua/holder.lua");
-
-/// After this many timeouts in a row the connection is replaced: a Redis that
-/// was paused or a black-holed socket never answers on the old one, and
-/// redis-rs does not reconnect on timeouts by itself.
-const REPLACE_AFTER_TIMEOUTS: u32 = 2;
 
 struct Scripts {
     acquire: Script,
@@ -65,21 +64,8 @@ pub struct RedisLease {
     /// tokens keep growing even if Redis forgot the counter.
     highest_fencing: u64,
     scripts: Scripts,
-}
-
-/// The connection to Redis: made on demand, replaced when broken or when it
-/// keeps timing out.
-struct Link {
-    client: redis::Client,
-    /// Script sources to load on each new connection, so that the first
-    /// release or renewal after a (re)connect is one round trip, not three
-    /// (EVALSHA → NOSCRIPT → SCRIPT LOAD → EVALSHA).
-    preload: Vec<String>,
-    conn: Option<MultiplexedConnection>,
-    timeout: Duration,
-    /// The URL with its password redacted, for messages.
-    url: String,
-    timeouts_in_a_row: u32,
+    /// What it was opened from, for `check`'s scratch election.
+    config: Option<Config>,
 }
 
 /// The names of an election's keys and channel (PRODUCT §5).
@@ -102,6 +88,16 @@ pub fn keys(key: &str) -> Keys {
 }
 
 impl RedisLease {
+    /// The Redis backend of `config` (see [`super::open`]).
+    pub fn open(config: &Config) -> Result<Self, Error> {
+        let BackendConfig::Redis { url, timeout } = &config.backend else {
+            unreachable!("lease::open passes only a Redis configuration")
+        };
+        let mut lease = Self::new(url, *timeout, &config.key, &config.id, config.timing.ttl)?;
+        lease.config = Some(config.clone());
+        Ok(lease)
+    }
+
     pub fn new(
         url: &RedisUrl,
         timeout: Duration,
@@ -112,6 +108,7 @@ impl RedisLease {
         let client = redis::Client::open(url.expose()).map_err(|e| Error::Misconfigured {
             backend: url.redacted().to_string(),
             detail: e.to_string(),
+            hint: link::ACL_HINT,
         })?;
         let Keys {
             lease: lease_key,
@@ -138,15 +135,12 @@ impl RedisLease {
             token: None,
             highest_fencing: 0,
             scripts,
+            config: None,
         })
     }
 
-    pub fn describe(&self) -> String {
-        self.link.url.clone()
-    }
-
-    pub fn wake_queue(&self) -> super::notify::WakeQueue {
-        super::notify::WakeQueue {
+    fn wake_queue(&self) -> wake::WakeQueue {
+        wake::WakeQueue {
             client: self.link.client.clone(),
             key: self.wake_key.clone(),
             timeout: self.link.timeout,
@@ -155,13 +149,13 @@ impl RedisLease {
     }
 
     /// Checks that waiters can block on the wake list (`leaderd check`).
-    pub async fn probe_wake_queue(&self) -> Result<(), Error> {
-        super::notify::probe(&self.wake_queue())
+    async fn probe_wake_queue(&self) -> Result<(), Error> {
+        wake::probe(&self.wake_queue())
             .await
             .map_err(|e| classify(e, &self.link.url, self.link.timeout))
     }
 
-    pub async fn acquire(&mut self) -> Result<Acquire, Error> {
+    async fn acquire_op(&mut self) -> Result<Acquire, Error> {
         let token = self.token.get_or_insert_with(new_token).clone();
         let sent_at = Instant::now();
         let mut call = self.scripts.acquire.key(&self.lease_key);
@@ -212,7 +206,7 @@ impl RedisLease {
         }
     }
 
-    pub async fn renew(&mut self) -> Result<Renew, Error> {
+    async fn renew_op(&mut self) -> Result<Renew, Error> {
         let Some(token) = self.token.clone() else {
             return Ok(Renew::Lost { holder: None });
         };
@@ -230,7 +224,7 @@ impl RedisLease {
         }
     }
 
-    pub async fn release(&mut self) -> Result<bool, Error> {
+    async fn release_op(&mut self) -> Result<bool, Error> {
         let Some(token) = self.token.clone() else {
             return Ok(false);
         };
@@ -238,8 +232,8 @@ impl RedisLease {
         call.key(&self.wake_key)
             .arg(&token)
             .arg(&self.channel)
-            .arg(super::notify::WAKE_COPIES)
-            .arg(super::notify::WAKE_LINGER.as_millis() as u64);
+            .arg(wake::WAKE_COPIES)
+            .arg(wake::WAKE_LINGER.as_millis() as u64);
         let reply = self.link.invoke(&call).await?;
         self.token = None;
         match reply {
@@ -249,7 +243,7 @@ impl RedisLease {
         }
     }
 
-    pub async fn peek(&mut self) -> Result<super::Peek, Error> {
+    async fn peek_op(&mut self) -> Result<Peek, Error> {
         let call = self.scripts.peek.key(&self.lease_key);
         let reply = self
             .link
@@ -319,86 +313,59 @@ impl RedisLease {
     }
 }
 
-impl Link {
-    /// Runs one script call: connects if needed, bounds everything by the
-    /// timeout, classifies failures, and drops a connection that is broken
-    /// or keeps timing out so the next call starts on a fresh one.
-    async fn invoke(&mut self, call: &ScriptInvocation<'_>) -> Result<Value, Error> {
-        let deadline = Instant::now() + self.timeout;
-        let timed_out = || Error::Timeout {
-            backend: self.url.clone(),
-            timeout: self.timeout,
-        };
-        let mut conn = match self.conn.clone() {
-            Some(conn) => conn,
-            None => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(self.timeout));
-                let connecting = self
-                    .client
-                    .get_multiplexed_async_connection_with_config(&config);
-                match tokio::time::timeout_at(deadline, connecting).await {
-                    Ok(Ok(mut conn)) => {
-                        let mut load = redis::pipe();
-                        for source in &self.preload {
-                            load.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
-                        }
-                        // Best effort: EVALSHA still reloads after NOSCRIPT.
-                        let loading = load.query_async::<()>(&mut conn);
-                        if let Ok(Err(e)) = tokio::time::timeout_at(deadline, loading).await {
-                            tracing::debug!(error = %e, "could not preload the lease scripts");
-                        }
-                        self.conn.insert(conn).clone()
-                    }
-                    Ok(Err(e)) => return Err(classify(e, &self.url, self.timeout)),
-                    Err(_) => return Err(timed_out()),
-                }
-            }
-        };
-        let (result, timed_out_now, broken) =
-            match tokio::time::timeout_at(deadline, call.invoke_async(&mut conn)).await {
-                Ok(Ok(value)) => (Ok(value), false, false),
-                Ok(Err(e)) => {
-                    let broken =
-                        e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error();
-                    let timed_out = e.is_timeout();
-                    (Err(classify(e, &self.url, self.timeout)), timed_out, broken)
-                }
-                Err(_) => (Err(timed_out()), true, false),
-            };
-        self.timeouts_in_a_row = if timed_out_now {
-            self.timeouts_in_a_row + 1
-        } else {
-            0
-        };
-        if broken || self.timeouts_in_a_row >= REPLACE_AFTER_TIMEOUTS {
-            self.conn = None;
-            self.timeouts_in_a_row = 0;
-        }
-        result
+impl LeaseBackend for RedisLease {
+    fn describe(&self) -> String {
+        self.link.url.clone()
     }
-}
 
-fn classify(e: RedisError, url: &str, timeout: Duration) -> Error {
-    let backend = url.to_string();
-    let detail = e.to_string();
-    // Inside a script Redis reports a denied command or key as a plain ERR.
-    let denied_in_script = detail.contains("can't run this command")
-        || detail.contains("No permissions to access")
-        || detail.contains("NOPERM");
-    let auth = e.kind() == ErrorKind::AuthenticationFailed
-        || e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
-        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
-        || denied_in_script;
-    if auth {
-        Error::Misconfigured { backend, detail }
-    } else if e.is_timeout() {
-        Error::Timeout { backend, timeout }
-    } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
-        Error::Connection { backend, detail }
-    } else {
-        Error::Unexpected { backend, detail }
+    fn acquire(&mut self) -> BoxFuture<'_, Result<Acquire, Error>> {
+        Box::pin(self.acquire_op())
+    }
+
+    fn renew(&mut self) -> BoxFuture<'_, Result<Renew, Error>> {
+        Box::pin(self.renew_op())
+    }
+
+    fn release(&mut self) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(self.release_op())
+    }
+
+    fn peek(&mut self) -> BoxFuture<'_, Result<Peek, Error>> {
+        Box::pin(self.peek_op())
+    }
+
+    fn watch_releases(
+        &self,
+        retry: Duration,
+        notices: mpsc::UnboundedSender<()>,
+        stop: CancellationToken,
+    ) -> Option<JoinHandle<()>> {
+        Some(wake::watch(self.wake_queue(), retry, notices, stop))
+    }
+
+    /// Runs acquire, renew and release on a scratch election (`KEY.check`)
+    /// as the configured user, and one short `BLPOP` on its wake list, so a
+    /// missing ACL permission shows up now rather than at the first
+    /// election. Leaves only the scratch fence counter behind.
+    fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>> {
+        Box::pin(async move {
+            let mut scratch_config = self.config.clone().expect("opened from a Config");
+            scratch_config.key = format!("{}.check", scratch_config.key);
+            let mut scratch = RedisLease::open(&scratch_config)?;
+            match scratch.acquire_op().await? {
+                Acquire::Won { .. } => {
+                    scratch.renew_op().await?;
+                    scratch.release_op().await?;
+                }
+                // Another `check` is running right now: acquire was still exercised.
+                Acquire::Held { .. } => {}
+            }
+            scratch.probe_wake_queue().await?;
+            Ok(vec![format!(
+                "acquire, renew, release and the wait for wake-ups run as the configured user (scratch key {})",
+                scratch.lease_key
+            )])
+        })
     }
 }
 
