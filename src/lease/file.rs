@@ -108,7 +108,10 @@ impl FileLease {
             Err(TryLockError::Error(e)) => return Err(self.error(e)),
         }
         let previous = Self::read_content(&mut file).map_or(0, |c| c.fencing_token);
-        let fencing_token = previous.max(self.highest_fencing) + 1;
+        // Above the file's token, above anything this candidate has seen, and
+        // at least the wall clock in ms (as Redis's server time is there):
+        // the sequence goes on even if the file was deleted meanwhile.
+        let fencing_token = (previous.max(self.highest_fencing) + 1).max(unix_ms());
         let content = serde_json::to_string(&Content {
             id: self.id.clone(),
             fencing_token,
@@ -193,6 +196,13 @@ impl FileLease {
             Err(TryLockError::Error(e)) => Err(self.error(e)),
         }
     }
+}
+
+/// Now, in ms since the Unix epoch (0 if the clock is before it).
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl LeaseBackend for FileLease {

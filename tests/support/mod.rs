@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod backends;
 pub mod os;
 
 use std::io::{BufRead, BufReader, Read, Write};

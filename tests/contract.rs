@@ -1,0 +1,284 @@
+//! The lease-backend contract, run against every backend leaderd can open
+//! (`leaderd::lease::BACKENDS`), each against its real server: one leader of
+//! three, SIGTERM hands over at once and the next child starts after the
+//! last one stopped, SIGKILL hands over only when the lease allows, fencing
+//! tokens grow across handovers and data loss, a lease taken away is noticed
+//! at the next renewal, an unreachable backend makes the leader step down by
+//! its renew deadline, `status` and `check` answer.
+//!
+//! A new backend adds a `Scene` in `tests/support/backends.rs` and a line
+//! in [`SCENES`].
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+use support::backends::{LockFileScene, RedisScene, Scene};
+use support::{Leaderd, eventually, probe_child, probe_events, run_to_end};
+
+type StartScene = fn() -> Box<dyn Scene>;
+
+/// Every backend's scene, by the name `lease::BACKENDS` registers.
+const SCENES: [(&str, StartScene); 2] = [
+    ("lock-file", LockFileScene::start),
+    ("redis", RedisScene::start),
+];
+
+const PATIENCE: Duration = Duration::from_secs(10);
+/// ttl 2 s: renew every 666 ms, renew deadline 1333 ms.
+const TTL: &str = "2s";
+const RENEW_DEADLINE: Duration = Duration::from_millis(1333);
+
+fn candidate(scene: &dyn Scene, key: &str, id: &str, ttl: &str, log: Option<&Path>) -> Leaderd {
+    let backend = scene.args(key);
+    let mut args: Vec<&str> = backend.iter().map(String::as_str).collect();
+    args.extend_from_slice(&["--ttl", ttl, "--retry-interval", "300ms"]);
+    let probe = probe_child();
+    if let Some(log) = log {
+        args.extend_from_slice(&["--", &probe, support::path_str(log)]);
+    }
+    Leaderd::run(id, &args)
+}
+
+/// The one candidate that leads, once exactly one does; and its token.
+fn the_leader(nodes: &[Leaderd]) -> (usize, u64) {
+    eventually(PATIENCE, "exactly one leader", || {
+        let leading: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].is_leader()).collect();
+        let [one] = leading[..] else { return None };
+        let (_, body) = nodes[one].leader()?;
+        Some((one, body["fencing_token"].as_u64()?))
+    })
+}
+
+fn for_each_backend(test: fn(&mut dyn Scene)) {
+    for (name, start) in SCENES {
+        let mut scene = start();
+        assert_eq!(scene.name(), name);
+        eprintln!("--- {name}");
+        test(scene.as_mut());
+    }
+}
+
+#[test]
+fn every_registered_backend_runs_the_suite() {
+    let mut registered = leaderd::lease::BACKENDS.to_vec();
+    let mut covered: Vec<&str> = SCENES.iter().map(|(name, _)| *name).collect();
+    registered.sort();
+    covered.sort();
+    assert_eq!(
+        registered, covered,
+        "a backend without a scene in the contract suite"
+    );
+}
+
+#[test]
+fn one_leader_of_three() {
+    for_each_backend(|scene| {
+        let key = support::key("contract-one");
+        let nodes: Vec<Leaderd> = ["a", "b", "c"]
+            .iter()
+            .map(|id| candidate(scene, &key, id, TTL, None))
+            .collect();
+        let (leader, _) = the_leader(&nodes);
+        for _ in 0..20 {
+            let leading = nodes.iter().filter(|n| n.is_leader()).count();
+            assert!(leading <= 1, "{}: two leaders", scene.name());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            nodes[leader].is_leader(),
+            "{}: the leader kept it",
+            scene.name()
+        );
+    });
+}
+
+#[test]
+fn sigterm_hands_over_at_once_and_the_next_child_starts_after_the_last_stopped() {
+    for_each_backend(|scene| {
+        let name = scene.name();
+        let key = support::key("contract-term");
+        let dir = support::temp_dir(&format!("contract-term-{name}"));
+        let logs: Vec<_> = ["a", "b", "c"].iter().map(|id| dir.join(id)).collect();
+        // A long TTL: a handover by expiry would take 20 s.
+        let mut nodes: Vec<Leaderd> = ["a", "b", "c"]
+            .iter()
+            .zip(&logs)
+            .map(|(id, log)| candidate(scene, &key, id, "20s", Some(log)))
+            .collect();
+        let (leader, token) = the_leader(&nodes);
+        let started = eventually(PATIENCE, "the leader's child", || {
+            probe_events(&logs[leader])
+                .into_iter()
+                .find(|e| e.kind == "start")
+        });
+        let signalled = Instant::now();
+        nodes[leader].signal("TERM");
+        assert_eq!(nodes[leader].wait_exit(PATIENCE).code(), Some(0), "{name}");
+        let old = nodes.remove(leader);
+        let old_log = logs[leader].clone();
+        let mut logs = logs;
+        logs.remove(leader);
+        let (next, next_token) = the_leader(&nodes);
+        let took = signalled.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "{name}: handover took {took:?}"
+        );
+        assert!(next_token > token, "{name}");
+        let stopped = probe_events(&old_log)
+            .into_iter()
+            .find(|e| e.kind == "stop" && e.pid == started.pid)
+            .unwrap_or_else(|| panic!("{name}: {}'s child stopped gracefully", old.id));
+        let next_start = eventually(PATIENCE, "the next leader's child", || {
+            probe_events(&logs[next])
+                .into_iter()
+                .find(|e| e.kind == "start")
+        });
+        assert!(next_start.ns > stopped.ns, "{name}: children overlapped");
+        eprintln!("{name}: SIGTERM handover in {took:?}");
+    });
+}
+
+#[test]
+fn sigkill_hands_over_only_when_the_lease_allows() {
+    for_each_backend(|scene| {
+        let name = scene.name();
+        let key = support::key("contract-kill");
+        let mut nodes: Vec<Leaderd> = ["a", "b"]
+            .iter()
+            .map(|id| candidate(scene, &key, id, TTL, None))
+            .collect();
+        let (leader, token) = the_leader(&nodes);
+        let asked = Instant::now();
+        let remaining = scene.remaining(&key);
+        nodes[leader].signal("KILL");
+        nodes[leader].wait_exit(PATIENCE);
+        let survivor = nodes.remove(1 - leader);
+        if let Some(left) = remaining {
+            while asked.elapsed() + Duration::from_millis(50) < left {
+                assert!(
+                    !survivor.is_leader(),
+                    "{name}: took over {:?} after the kill, the lease had {left:?} left",
+                    asked.elapsed()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        survivor.wait_leading(PATIENCE);
+        let took = asked.elapsed();
+        match remaining {
+            Some(left) => assert!(took >= left, "{name}: {took:?} < {left:?}"),
+            None => assert!(
+                took < Duration::from_secs(2),
+                "{name}: freed at once, took {took:?}"
+            ),
+        }
+        let (_, body) = survivor.leader().unwrap();
+        assert!(body["fencing_token"].as_u64().unwrap() > token, "{name}");
+    });
+}
+
+#[test]
+fn fencing_tokens_grow_across_handovers_and_a_backend_that_lost_its_data() {
+    for_each_backend(|scene| {
+        let name = scene.name();
+        let key = support::key("contract-fence");
+        let mut tokens = Vec::new();
+        for id in ["a", "b"] {
+            let mut node = candidate(scene, &key, id, TTL, None);
+            node.wait_leading(PATIENCE);
+            tokens.push(node.leader().unwrap().1["fencing_token"].as_u64().unwrap());
+            node.signal("TERM");
+            node.wait_exit(PATIENCE);
+        }
+        scene.lose_data(&key);
+        let fresh = candidate(scene, &key, "c", TTL, None);
+        fresh.wait_leading(PATIENCE);
+        tokens.push(fresh.leader().unwrap().1["fencing_token"].as_u64().unwrap());
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{name}: {tokens:?}");
+    });
+}
+
+#[test]
+fn a_lease_taken_away_is_noticed_at_the_next_renewal() {
+    for_each_backend(|scene| {
+        let name = scene.name();
+        let key = support::key("contract-steal");
+        let log = support::temp_dir(&format!("contract-steal-{name}")).join("a");
+        let node = candidate(scene, &key, "a", TTL, Some(&log));
+        node.wait_leading(PATIENCE);
+        let token = node.leader().unwrap().1["fencing_token"].as_u64();
+        let child = eventually(PATIENCE, "the child", || {
+            probe_events(&log).into_iter().find(|e| e.kind == "start")
+        });
+        let stolen = Instant::now();
+        scene.steal(&key);
+        node.wait_log(PATIENCE, "lease lost");
+        assert!(
+            stolen.elapsed() < Duration::from_secs(2),
+            "{name}: noticed after {:?}",
+            stolen.elapsed()
+        );
+        eventually(PATIENCE, "the child to stop", || {
+            (!support::alive(child.pid)).then_some(())
+        });
+        // Either someone else holds it now, or (a lock file recreated at the
+        // path is free) a new term began, under a larger token.
+        let (leads, body) = node.leader().unwrap();
+        assert!(
+            !leads || body["fencing_token"].as_u64() > token,
+            "{name}: still leading the stolen term: {body}"
+        );
+    });
+}
+
+#[test]
+fn an_unreachable_backend_makes_the_leader_step_down_by_its_renew_deadline() {
+    for_each_backend(|scene| {
+        let name = scene.name();
+        let key = support::key("contract-cut");
+        let nodes: Vec<Leaderd> = ["a", "b"]
+            .iter()
+            .map(|id| candidate(scene, &key, id, TTL, None))
+            .collect();
+        let (leader, _) = the_leader(&nodes);
+        let cut = Instant::now();
+        if !scene.cut() {
+            eprintln!("{name}: cannot be made unreachable (a local file); not applicable");
+            return;
+        }
+        eventually(
+            RENEW_DEADLINE + Duration::from_secs(1),
+            "the leader to step down",
+            || (!nodes[leader].is_leader()).then_some(()),
+        );
+        eprintln!("{name}: stepped down {:?} after the cut", cut.elapsed());
+        scene.heal();
+        the_leader(&nodes);
+    });
+}
+
+#[test]
+fn status_and_check_answer() {
+    for_each_backend(|scene| {
+        let name = scene.name();
+        let key = support::key("contract-status");
+        let backend = scene.args(&key);
+        let args = |cmd: &'static str| {
+            let mut a = vec![cmd];
+            a.extend(backend.iter().map(String::as_str));
+            a
+        };
+        let (code, out, err) = run_to_end(&args("status"));
+        assert_eq!(code, 3, "{name}: vacant: {out}{err}");
+        let node = candidate(scene, &key, "holder", TTL, None);
+        node.wait_leading(PATIENCE);
+        let (code, out, err) = run_to_end(&args("status"));
+        assert_eq!(code, 0, "{name}: {out}{err}");
+        assert!(out.contains("held by holder"), "{name}: {out}");
+        let (code, out, err) = run_to_end(&args("check"));
+        assert_eq!(code, 0, "{name}: {out}{err}");
+        assert!(out.contains("# ok: reached"), "{name}: {out}");
+    });
+}

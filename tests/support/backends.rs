@@ -1,0 +1,125 @@
+//! One scene per lease backend for the contract suite (`tests/contract.rs`):
+//! how to point candidates at it, and the faults it can be put through.
+
+use super::{Redis, temp_dir};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A running backend and what the contract suite can do to it.
+pub trait Scene {
+    /// The name in `leaderd::lease::BACKENDS`.
+    fn name(&self) -> &'static str;
+    /// The flags that select this backend for `key` (`run`, `status`, `check`).
+    fn args(&self, key: &str) -> Vec<String>;
+    /// How long the lease may still stand after its holder was SIGKILLed:
+    /// `None` when the backend frees it at once (the kernel drops a lock).
+    fn remaining(&self, key: &str) -> Option<Duration>;
+    /// Forgets every lease and counter, as a restart without persistence.
+    fn lose_data(&mut self, key: &str);
+    /// Takes the lease away from its holder behind its back.
+    fn steal(&self, key: &str);
+    /// Makes the backend unreachable; `false` when that cannot happen to it.
+    fn cut(&mut self) -> bool;
+    fn heal(&mut self);
+}
+
+pub struct RedisScene {
+    redis: Redis,
+}
+
+impl RedisScene {
+    pub fn start() -> Box<dyn Scene> {
+        Box::new(RedisScene {
+            redis: Redis::start(),
+        })
+    }
+}
+
+impl Scene for RedisScene {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+    fn args(&self, key: &str) -> Vec<String> {
+        [
+            "--redis",
+            &self.redis.url(),
+            "--key",
+            key,
+            "--redis-timeout",
+            "200ms",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+    fn remaining(&self, key: &str) -> Option<Duration> {
+        let pttl = self.redis.pttl(&format!("leaderd:{{{key}}}:lease"));
+        Some(Duration::from_millis(pttl.max(0) as u64))
+    }
+    fn lose_data(&mut self, _key: &str) {
+        self.redis.restart();
+    }
+    fn steal(&self, key: &str) {
+        let value = r#"{"id":"thief","fencing_token":1,"token":"not-yours"}"#;
+        self.redis.cmd(&[
+            "SET",
+            &format!("leaderd:{{{key}}}:lease"),
+            value,
+            "PX",
+            "60000",
+        ]);
+    }
+    fn cut(&mut self) -> bool {
+        self.redis.pause();
+        true
+    }
+    fn heal(&mut self) {
+        self.redis.resume();
+    }
+}
+
+pub struct LockFileScene {
+    dir: PathBuf,
+}
+
+impl LockFileScene {
+    pub fn start() -> Box<dyn Scene> {
+        Box::new(LockFileScene {
+            dir: temp_dir(&format!("contract-lock-{}", super::os::below(1 << 30))),
+        })
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{key}.lock"))
+    }
+}
+
+impl Scene for LockFileScene {
+    fn name(&self) -> &'static str {
+        "lock-file"
+    }
+    fn args(&self, key: &str) -> Vec<String> {
+        let path = self.path(key).to_str().expect("utf-8 path").to_string();
+        vec!["--lock-file".into(), path, "--key".into(), key.into()]
+    }
+    fn remaining(&self, _key: &str) -> Option<Duration> {
+        None
+    }
+    fn lose_data(&mut self, key: &str) {
+        let _ = std::fs::remove_file(self.path(key));
+    }
+    /// A new file at the path: another candidate could lock it, so the
+    /// holder of the old one must count its lease as lost.
+    fn steal(&self, key: &str) {
+        std::fs::remove_file(self.path(key)).expect("the lock file exists while held");
+    }
+    fn cut(&mut self) -> bool {
+        false
+    }
+    fn heal(&mut self) {}
+}
+
+impl Drop for LockFileScene {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
