@@ -88,6 +88,10 @@ pub enum Error {
         detail: String,
         hint: &'static str,
     },
+    /// The server is not the kind this backend talks to (a Redis Cluster
+    /// node behind a single-server URL); `detail` names the right one.
+    #[error("{backend}: {detail}")]
+    WrongKind { backend: String, detail: String },
     #[error("unexpected reply from {backend}: {detail}")]
     Unexpected { backend: String, detail: String },
     #[error("lock file {path}: {detail}")]
@@ -109,7 +113,10 @@ pub enum Error {
 impl Error {
     /// A configuration error: `status` and `check` exit 2 for it.
     pub fn is_misconfiguration(&self) -> bool {
-        matches!(self, Error::Misconfigured { .. } | Error::File { .. })
+        matches!(
+            self,
+            Error::Misconfigured { .. } | Error::File { .. } | Error::WrongKind { .. }
+        )
     }
 
     /// Only a person can fix it (configuration, or a blocked key): retried

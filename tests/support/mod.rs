@@ -7,6 +7,7 @@
 
 pub mod backends;
 pub mod os;
+pub mod proxy;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -51,13 +52,21 @@ fn send_signal(pid: u32, signal: &str) {
 pub struct Redis {
     pub port: u16,
     child: Option<Child>,
+    /// Extra `redis-server` arguments, kept for restarts.
+    extra: Vec<String>,
 }
 
 impl Redis {
     pub fn start() -> Redis {
+        Redis::start_with(&[])
+    }
+
+    /// With extra `redis-server` arguments (`--cluster-enabled yes`, ...).
+    pub fn start_with(extra: &[&str]) -> Redis {
         let mut redis = Redis {
             port: free_port(),
             child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         redis.launch();
         redis
@@ -76,6 +85,7 @@ impl Redis {
                 "no",
             ])
             .args(["--enable-debug-command", "local", "--loglevel", "notice"])
+            .args(&self.extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -120,6 +130,14 @@ impl Redis {
             .arg(key)
             .query(&mut self.conn())
             .expect("GET")
+    }
+
+    /// A section of `INFO`, as text.
+    pub fn info(&self, section: &str) -> String {
+        redis::cmd("INFO")
+            .arg(section)
+            .query(&mut self.conn())
+            .expect("INFO")
     }
 
     pub fn pttl(&self, key: &str) -> i64 {

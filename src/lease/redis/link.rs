@@ -31,6 +31,9 @@ pub(super) struct Link {
     /// The URL with its password redacted, for messages.
     pub(super) url: String,
     pub(super) timeouts_in_a_row: u32,
+    /// Counts connections dropped because the node was no longer a writable
+    /// primary; the wake-up listener follows it to the new one.
+    pub(super) moved: tokio::sync::watch::Sender<u64>,
 }
 
 impl Link {
@@ -70,17 +73,30 @@ impl Link {
                 }
             }
         };
-        let (result, timed_out_now, broken) =
-            match tokio::time::timeout_at(deadline, call.invoke_async(&mut conn)).await {
-                Ok(Ok(value)) => (Ok(value), false, false),
-                Ok(Err(e)) => {
-                    let broken =
-                        e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error();
-                    let timed_out = e.is_timeout();
-                    (Err(classify(e, &self.url, self.timeout)), timed_out, broken)
+        let (result, timed_out_now, broken) = match tokio::time::timeout_at(
+            deadline,
+            call.invoke_async(&mut conn),
+        )
+        .await
+        {
+            Ok(Ok(value)) => (Ok(value), false, false),
+            Ok(Err(e)) => {
+                let moved = not_a_writable_primary(&e);
+                if moved {
+                    // A managed failover moves the DNS name to the new
+                    // primary; this connection still reaches the old one.
+                    tracing::warn!(error = %e, "Redis is not a writable primary on this connection; reconnecting to follow a failover");
+                    self.moved.send_modify(|n| *n += 1);
                 }
-                Err(_) => (Err(timed_out()), true, false),
-            };
+                let broken = moved
+                    || e.is_connection_dropped()
+                    || e.is_io_error()
+                    || e.is_unrecoverable_error();
+                let timed_out = e.is_timeout();
+                (Err(classify(e, &self.url, self.timeout)), timed_out, broken)
+            }
+            Err(_) => (Err(timed_out()), true, false),
+        };
         self.timeouts_in_a_row = if timed_out_now {
             self.timeouts_in_a_row + 1
         } else {
@@ -94,9 +110,42 @@ impl Link {
     }
 }
 
+/// The error code of a reply, also when Redis wrapped it in a script error
+/// (`ERR ... script: ...` keeps the original code at the front in 7.x,
+/// older servers put it inside the message).
+fn has_code(e: &RedisError, codes: &[&str]) -> bool {
+    let detail = e.to_string();
+    e.code().is_some_and(|c| codes.contains(&c)) || codes.iter().any(|c| detail.contains(c))
+}
+
+/// The node answered as a replica, or as a primary that cannot serve yet:
+/// after a failover this connection still reaches the old node.
+pub(super) fn not_a_writable_primary(e: &RedisError) -> bool {
+    has_code(e, &["READONLY", "MASTERDOWN", "LOADING"])
+}
+
+/// The node is part of a Redis Cluster and redirects us.
+fn cluster_redirect(e: &RedisError) -> bool {
+    has_code(e, &["MOVED", "ASK ", "CROSSSLOT", "CLUSTERDOWN"])
+}
+
 pub(super) fn classify(e: RedisError, url: &str, timeout: Duration) -> Error {
     let backend = url.to_string();
     let detail = e.to_string();
+    if cluster_redirect(&e) {
+        return Error::WrongKind {
+            backend,
+            detail: format!(
+                "this server is a node of a Redis Cluster ({detail}); a redis:// URL talks to one server and cannot follow the cluster's slots: a redis+cluster:// backend is planned, until then point --redis at a standalone Redis"
+            ),
+        };
+    }
+    if not_a_writable_primary(&e) {
+        return Error::Connection {
+            backend,
+            detail: format!("not a writable primary ({detail}); reconnecting"),
+        };
+    }
     // Inside a script Redis reports a denied command or key as a plain ERR.
     let denied_in_script = detail.contains("can't run this command")
         || detail.contains("No permissions to access")

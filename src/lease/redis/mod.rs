@@ -125,6 +125,7 @@ impl RedisLease {
                 timeout,
                 url: url.redacted().to_string(),
                 timeouts_in_a_row: 0,
+                moved: tokio::sync::watch::Sender::new(0),
             },
             lease_key,
             fence_key,
@@ -145,6 +146,7 @@ impl RedisLease {
             key: self.wake_key.clone(),
             timeout: self.link.timeout,
             own_id: serde_json::from_str(&self.id_json).expect("id_json is a JSON string"),
+            moved: self.link.moved.subscribe(),
         }
     }
 

@@ -39,11 +39,15 @@ pub struct WakeQueue {
     /// Entries pushed by our own release: a candidate that just stepped down
     /// must not race to take the lease straight back.
     pub own_id: String,
+    /// Bumped when the lease connection found its node no longer a writable
+    /// primary: the wake-up connection reaches the same old node, so it
+    /// reconnects too, following the failover.
+    pub moved: tokio::sync::watch::Receiver<u64>,
 }
 
 /// Waits on the wake list until `stop`, sending `()` for every wake-up.
 pub fn watch(
-    source: WakeQueue,
+    mut source: WakeQueue,
     retry: Duration,
     notices: mpsc::UnboundedSender<()>,
     stop: CancellationToken,
@@ -54,7 +58,7 @@ pub fn watch(
         loop {
             let outcome = tokio::select! {
                 _ = stop.cancelled() => return,
-                outcome = listen(&source, &notices, reconnecting) => outcome,
+                outcome = listen(&mut source, &notices, reconnecting) => outcome,
             };
             reconnecting = true;
             match outcome {
@@ -94,7 +98,7 @@ pub async fn probe(source: &WakeQueue) -> Result<(), redis::RedisError> {
 }
 
 async fn listen(
-    source: &WakeQueue,
+    source: &mut WakeQueue,
     notices: &mpsc::UnboundedSender<()>,
     reconnecting: bool,
 ) -> Result<(), String> {
@@ -115,10 +119,14 @@ async fn listen(
     }
     let mut blpop = redis::cmd("BLPOP");
     blpop.arg(&source.key).arg(BLOCK.as_secs());
+    source.moved.mark_unchanged();
     loop {
         let waiting = blpop.query_async::<Option<(String, String)>>(&mut conn);
-        let popped = tokio::time::timeout(BLOCK + source.timeout, waiting)
-            .await
+        let popped = tokio::select! {
+            popped = tokio::time::timeout(BLOCK + source.timeout, waiting) => popped,
+            _ = source.moved.changed() => return Err("the lease connection followed a failover".into()),
+        };
+        let popped = popped
             .map_err(|_| "no answer to BLPOP; the connection is presumed dead".to_string())?
             .map_err(|e| e.to_string())?;
         // None: the BLPOP timed out in Redis; block again.
