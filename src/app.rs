@@ -52,7 +52,7 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
     let child = child_spec(&config)?;
     let webhooks = webhooks(&config, &metrics)?;
     let backend = backend(&config)?;
-    for note in backend.notes() {
+    for note in config.warnings.iter().chain(&backend.notes()) {
         tracing::warn!("{note}");
     }
     let (status_tx, status_rx) = watch::channel(Snapshot::new());
@@ -125,8 +125,15 @@ fn webhooks(config: &Config, metrics: &Arc<Metrics>) -> Result<Option<Webhooks>,
                 .map_err(|e| ConfigError(format!("LEADERD_WEBHOOK_SECRET: {e}")))?,
         ),
         (None, Some(path)) => {
-            let text = std::fs::read_to_string(path)
+            let (text, mode) = crate::config::read_secret_file(path)
                 .map_err(|e| ConfigError(format!("webhook secret file {}: {e}", path.display())))?;
+            if mode & 0o077 != 0 {
+                tracing::warn!(
+                    "webhook secret file {} is readable by group or others (mode {:04o}); `chmod 600` it",
+                    path.display(),
+                    mode & 0o7777
+                );
+            }
             Some(
                 decode_secret(&text).map_err(|e| {
                     ConfigError(format!("webhook secret file {}: {e}", path.display()))
@@ -242,6 +249,9 @@ pub fn check_offline(config: Config) -> Result<ExitCode, Failure> {
 
 fn describe_config(config: &Config, backend: &dyn LeaseBackend) {
     print!("{}", config.describe());
+    for warning in &config.warnings {
+        println!("# warning: {warning}");
+    }
     for note in backend.notes() {
         println!("# note: {note}");
     }

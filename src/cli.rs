@@ -104,7 +104,7 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "ID", help_heading = "Election")]
     pub id: Option<String>,
 
-    /// Redis URL, redis://[user:pass@]host:port/db [env: LEADERD_REDIS_URL, comma-separated]
+    /// Redis URL, redis://[user:pass@]host:port/db [env: LEADERD_REDIS_URL, comma-separated; or a file: LEADERD_REDIS_URL_FILE]
     #[arg(long = "redis", value_name = "URL", help_heading = "Backend")]
     pub redis: Vec<String>,
     /// Lock file for the single-host backend [env: LEADERD_LOCK_FILE] [default: $XDG_RUNTIME_DIR/leaderd-KEY.lock, else /tmp]
@@ -143,7 +143,7 @@ pub struct ConfigArgs {
     /// Webhook to POST elected/demoted events to; repeatable [env: LEADERD_WEBHOOK_URL]
     #[arg(long = "webhook", value_name = "URL", help_heading = "Work")]
     pub webhook: Vec<String>,
-    /// File holding the webhook signing secret [env: LEADERD_WEBHOOK_SECRET holds the secret itself]
+    /// File holding the webhook signing secret [env: LEADERD_WEBHOOK_SECRET_FILE; LEADERD_WEBHOOK_SECRET holds the secret itself]
     #[arg(long, value_name = "FILE", help_heading = "Work")]
     pub webhook_secret_file: Option<PathBuf>,
 

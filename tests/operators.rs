@@ -272,7 +272,11 @@ fn secrets_appear_in_no_output() {
     node.wait_leading(Duration::from_secs(5));
     let stored: serde_json::Value =
         serde_json::from_str(&redis.get("leaderd:{sec}:lease").unwrap()).unwrap();
-    let token = stored["token"].as_str().unwrap().to_string();
+    assert!(
+        stored.get("token").is_none(),
+        "no ownership token in Redis: {stored}"
+    );
+    let token = stored["owner"].as_str().unwrap().to_string();
     let (_, leader) = node.get("/leader").unwrap();
     let (_, metrics) = node.get("/metrics").unwrap();
     let (check_code, check_out, check_err) =
@@ -298,7 +302,7 @@ fn secrets_appear_in_no_output() {
         );
         assert!(
             !text.contains(&token),
-            "ownership token in output {i}: {text}"
+            "the ownership token's hash in output {i}: {text}"
         );
     }
     assert!(

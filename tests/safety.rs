@@ -298,7 +298,7 @@ fn a_key_nobody_can_take_is_reported_and_never_overwritten() {
         (
             "persisted",
             &|k| {
-                let v = r#"{"id":"ghost","fencing_token":3,"token":"t"}"#;
+                let v = r#"{"id":"ghost","fencing_token":3,"owner":"t"}"#;
                 drop(redis.cmd(&["SET", k, v]));
             },
             "no expiry (made permanent",

@@ -79,6 +79,7 @@ pub struct FileConfig {
 #[serde(deny_unknown_fields)]
 pub struct RedisSection {
     pub urls: List,
+    pub url_file: Scalar,
     pub timeout: Scalar,
 }
 

@@ -85,6 +85,9 @@ pub struct Config {
     /// Every option's effective value (secrets redacted) and where it came
     /// from, in a stable order, for `leaderd check`.
     pub effective: Vec<(&'static str, String, String)>,
+    /// Accepted, but unwise (a password on the command line, a secret file
+    /// others can read): logged by `run`, printed by `check`.
+    pub warnings: Vec<String>,
 }
 
 /// Everything configuration is made from. The environment is a lookup so
@@ -95,6 +98,21 @@ pub struct Sources<'a> {
     pub file: Option<&'a ConfigFile>,
     pub env: &'a dyn Fn(&str) -> Option<OsString>,
     pub hostname: Option<String>,
+    /// Reads a secret file named by an option (`*_FILE`): its text and its
+    /// permission bits. A lookup, so tests need no files.
+    pub read_secret: &'a dyn Fn(&std::path::Path) -> std::io::Result<(String, u32)>,
+}
+
+/// The process's own secret-file reader for [`Sources::read_secret`].
+pub fn read_secret_file(path: &std::path::Path) -> std::io::Result<(String, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)?.permissions().mode();
+    if std::fs::metadata(path)?.len() > 64 * 1024 {
+        return Err(std::io::Error::other(
+            "larger than 64 KiB, which no secret is; check the path",
+        ));
+    }
+    Ok((std::fs::read_to_string(path)?, mode))
 }
 
 const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
@@ -128,6 +146,7 @@ impl Config {
             file: file.as_ref(),
             env: &env,
             hostname,
+            read_secret: &read_secret_file,
         })
     }
 

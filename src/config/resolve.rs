@@ -268,7 +268,8 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
         positive(values::parse_duration),
     )?;
     let redis_timeout = or_default(redis_timeout, Duration::from_millis(500), "");
-    let backend = backend(&r, s, &key.value)?;
+    let mut warnings = Vec::new();
+    let backend = backend(&r, s, &key.value, &mut warnings)?;
     match &backend.value {
         BackendConfig::Redis { url, .. } => {
             note(
@@ -369,6 +370,7 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
             level: level.value,
         },
         effective,
+        warnings,
     })
 }
 

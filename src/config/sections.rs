@@ -2,27 +2,123 @@
 //! used (Redis, an explicit lock file, or the embedded default) and the work's
 //! settings, each value with its origin.
 
-use super::resolve::{Opt, Origin, Resolver, Value, opt, or_default, show};
-use super::values::{self, Signal};
+use super::resolve::{Origin, Resolver, Value, opt, or_default, show};
+use super::values::{self, RedisUrl, Signal};
 use super::{BackendConfig, ChildConfig, ConfigError, OnChildExit, Sources, WebhookConfig};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// Where a secret may be given instead of its value: an env var and a TOML
+/// key naming a file, read once at start-up.
+struct SecretFile {
+    env: &'static str,
+    key: &'static str,
+}
+
+/// The Redis URLs: `--redis`, else `LEADERD_REDIS_URL` or the file named by
+/// `LEADERD_REDIS_URL_FILE`, else `redis.urls` or the file named by
+/// `redis.url_file`. Warns about a password on the command line and about a
+/// secret file others can read.
+fn redis_urls(
+    r: &Resolver<'_>,
+    s: &Sources<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Value<Vec<RedisUrl>>>, ConfigError> {
+    let o = opt("--redis", "LEADERD_REDIS_URL", "redis.urls");
+    let from_file = SecretFile {
+        env: "LEADERD_REDIS_URL_FILE",
+        key: "redis.url_file",
+    };
+    let f = s.file.map(|f| &f.values.redis);
+    let no_list = None;
+    let urls = if !s.args.redis.is_empty() {
+        let urls = r.list(&o, &s.args.redis, &no_list, values::parse_redis_url)?;
+        if urls
+            .as_ref()
+            .is_some_and(|u| u.value.iter().any(RedisUrl::has_password))
+        {
+            warnings.push(format!(
+                "--redis: the URL's password is visible to every user of this host in `ps`; give the URL in {} or in a file named by {} (or {})",
+                "LEADERD_REDIS_URL", from_file.env, from_file.key
+            ));
+        }
+        urls
+    } else if let Some(path) = r.env(from_file.env)? {
+        if r.env("LEADERD_REDIS_URL")?.is_some() {
+            return Err(ConfigError(format!(
+                "both LEADERD_REDIS_URL and {} are set; choose one",
+                from_file.env
+            )));
+        }
+        let origin = Origin::Env(from_file.env);
+        Some(read_urls(s, &PathBuf::from(path), origin, warnings)?)
+    } else if let Some(urls) = r.list(&o, &[], &no_list, values::parse_redis_url)? {
+        Some(urls)
+    } else {
+        match f.and_then(|f| f.url_file.as_ref()) {
+            Some(at) => {
+                if f.is_some_and(|f| f.urls.is_some()) {
+                    return Err(ConfigError(format!(
+                        "{}: both redis.urls and redis.url_file are set; choose one",
+                        r.file_origin(from_file.key, at)
+                    )));
+                }
+                let origin = r.file_origin(from_file.key, at);
+                let path = PathBuf::from(&at.value.0);
+                Some(read_urls(s, &path, origin, warnings)?)
+            }
+            None => r.list(
+                &o,
+                &[],
+                f.map_or(&no_list, |f| &f.urls),
+                values::parse_redis_url,
+            )?,
+        }
+    };
+    Ok(urls)
+}
+
+/// Redis URLs from a secret file: one per line (or comma-separated).
+fn read_urls(
+    s: &Sources<'_>,
+    path: &std::path::Path,
+    origin: Origin,
+    warnings: &mut Vec<String>,
+) -> Result<Value<Vec<RedisUrl>>, ConfigError> {
+    let shown = path.display();
+    let (text, mode) = (s.read_secret)(path)
+        .map_err(|e| ConfigError(format!("{origin}: cannot read {shown}: {e}")))?;
+    if mode & 0o077 != 0 {
+        warnings.push(format!(
+            "{origin}: {shown} is readable by group or others (mode {:04o}); `chmod 600` it (in Kubernetes, give the Secret volume defaultMode: 0400)",
+            mode & 0o7777
+        ));
+    }
+    let urls = text
+        .split(['\n', ','])
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            values::parse_redis_url(l)
+                .map_err(|msg| ConfigError(format!("{origin} ({shown}): {msg}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Value {
+        value: urls,
+        origin,
+    })
+}
 
 pub(super) fn backend(
     r: &Resolver<'_>,
     s: &Sources<'_>,
     key: &str,
+    warnings: &mut Vec<String>,
 ) -> Result<Value<BackendConfig>, ConfigError> {
     let a = s.args;
     let f = s.file.map(|f| &f.values);
-    let no_list = None;
     let no_scalar = None;
-    let urls = r.list(
-        &opt("--redis", "LEADERD_REDIS_URL", "redis.urls"),
-        &a.redis,
-        f.map_or(&no_list, |f| &f.redis.urls),
-        values::parse_redis_url,
-    )?;
+    let urls = redis_urls(r, s, warnings)?;
     let lock_file = r.scalar(
         &opt("--lock-file", "LEADERD_LOCK_FILE", "lock_file"),
         a.lock_file.as_ref().and_then(|p| p.to_str()),
@@ -198,11 +294,11 @@ pub(super) fn webhook(
     );
     let secret = r.env("LEADERD_WEBHOOK_SECRET")?.map(values::Secret::new);
     let secret_file = r.scalar(
-        &Opt {
-            flag: "--webhook-secret-file",
-            env: None,
-            key: "webhook.secret_file",
-        },
+        &opt(
+            "--webhook-secret-file",
+            "LEADERD_WEBHOOK_SECRET_FILE",
+            "webhook.secret_file",
+        ),
         a.webhook_secret_file.as_ref().and_then(|p| p.to_str()),
         &f.webhook.secret_file,
         |p| Ok(PathBuf::from(p)),

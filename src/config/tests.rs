@@ -7,6 +7,8 @@ struct Case {
     args: ConfigArgs,
     env: HashMap<&'static str, &'static str>,
     file: Option<ConfigFile>,
+    /// Secret files by path: text and permission bits.
+    files: HashMap<&'static str, (&'static str, u32)>,
 }
 
 impl Case {
@@ -15,7 +17,12 @@ impl Case {
             args: ConfigArgs::default(),
             env: HashMap::new(),
             file: None,
+            files: HashMap::new(),
         }
+    }
+    fn secret_file(mut self, path: &'static str, text: &'static str, mode: u32) -> Self {
+        self.files.insert(path, (text, mode));
+        self
     }
     fn env(mut self, k: &'static str, v: &'static str) -> Self {
         self.env.insert(k, v);
@@ -37,6 +44,12 @@ impl Case {
             file: self.file.as_ref(),
             env: &env,
             hostname: Some("host-1".into()),
+            read_secret: &|path| {
+                self.files
+                    .get(path.to_str().expect("utf-8 test path"))
+                    .map(|(text, mode)| (text.to_string(), *mode))
+                    .ok_or_else(|| std::io::ErrorKind::NotFound.into())
+            },
         })
     }
     fn err(&self) -> String {
@@ -321,8 +334,11 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    // Both backends are shown; keep the lock file out of this check.
-    let uncommented = uncommented.replace("lock_file = \"/run/leaderd/jobs.lock\"", "");
+    // Both backends, and both ways to give the Redis URL, are shown; keep
+    // the lock file and the URL file out of this check.
+    let uncommented = uncommented
+        .replace("lock_file = \"/run/leaderd/jobs.lock\"", "")
+        .replace("url_file = \"/run/secrets/leaderd-redis-url\"", "");
     let c = Case::new()
         .file(&uncommented)
         .build()
@@ -340,4 +356,73 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
         (c.child.stop_signal, c.child.stop_timeout, c.child.on_exit),
         (d.child.stop_signal, d.child.stop_timeout, d.child.on_exit)
     );
+}
+
+#[test]
+fn the_redis_url_can_come_from_a_secret_file_at_either_layer() {
+    let url = "redis://app:pw@10.0.0.5:6379/0\n";
+    let from_env = Case::new()
+        .env("LEADERD_REDIS_URL_FILE", "/run/secrets/url")
+        .secret_file("/run/secrets/url", url, 0o100600)
+        .build()
+        .unwrap();
+    let BackendConfig::Redis { url: got, .. } = &from_env.backend else {
+        panic!("{:?}", from_env.backend)
+    };
+    assert_eq!(got.expose(), url.trim());
+    assert!(from_env.warnings.is_empty(), "{:?}", from_env.warnings);
+    let loose = Case::new()
+        .file("[redis]\nurl_file = \"/etc/leaderd/url\"\n")
+        .secret_file("/etc/leaderd/url", url, 0o100644)
+        .build()
+        .unwrap();
+    assert!(
+        loose.warnings[0].contains("leaderd.toml line 2 (redis.url_file)")
+            && loose.warnings[0].contains("mode 0644"),
+        "{:?}",
+        loose.warnings
+    );
+    // The environment's file beats the TOML URLs, as any env beats the file.
+    let layered = Case::new()
+        .file("[redis]\nurls = [\"redis://other:6379\"]\n")
+        .env("LEADERD_REDIS_URL_FILE", "/run/secrets/url")
+        .secret_file("/run/secrets/url", url, 0o100400)
+        .build()
+        .unwrap();
+    assert!(
+        matches!(&layered.backend, BackendConfig::Redis { url, .. } if url.expose() == url.expose() && url.redacted().contains("10.0.0.5"))
+    );
+    let both = Case::new()
+        .env("LEADERD_REDIS_URL", "redis://a:6379")
+        .env("LEADERD_REDIS_URL_FILE", "/run/secrets/url")
+        .err();
+    assert!(both.contains("choose one"), "{both}");
+    let missing = Case::new().env("LEADERD_REDIS_URL_FILE", "/nope").err();
+    assert!(
+        missing.starts_with("LEADERD_REDIS_URL_FILE: cannot read /nope"),
+        "{missing}"
+    );
+    let bad = Case::new()
+        .env("LEADERD_REDIS_URL_FILE", "/run/secrets/url")
+        .secret_file("/run/secrets/url", "redis://u:Kq/Vv@h:x\n", 0o100600)
+        .err();
+    assert!(!bad.contains("Kq/Vv") && bad.contains("***"), "{bad}");
+}
+
+#[test]
+fn a_password_on_the_command_line_is_warned_about() {
+    let c = Case::new()
+        .args(|a| a.redis = vec!["redis://app:pw@h:6379".into()])
+        .build()
+        .unwrap();
+    assert!(
+        c.warnings[0].starts_with("--redis: the URL's password"),
+        "{:?}",
+        c.warnings
+    );
+    let plain = Case::new()
+        .args(|a| a.redis = vec!["redis://h:6379".into()])
+        .build()
+        .unwrap();
+    assert!(plain.warnings.is_empty());
 }

@@ -45,6 +45,10 @@ impl RedisUrl {
     pub fn expose(&self) -> &str {
         self.full.expose()
     }
+    /// It carries a password (what redaction hid).
+    pub fn has_password(&self) -> bool {
+        self.redacted != self.full.expose()
+    }
     pub fn redacted(&self) -> &str {
         &self.redacted
     }
@@ -70,12 +74,13 @@ pub fn redact_url(text: &str) -> String {
         return text.to_string();
     };
     let rest = &text[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
+    // By position, not by parsing: a password may hold `/`, `#`, `?` or `@`
+    // (unencoded, which is exactly when parsing fails), so the userinfo ends
+    // at the *last* `@`. A path with an `@` is over-redacted, never leaked.
+    let Some(at) = rest.rfind('@') else {
         return text.to_string();
     };
-    let userinfo = &authority[..at];
+    let userinfo = &rest[..at];
     let user = match userinfo.find(':') {
         Some(colon) => &userinfo[..colon],
         None if userinfo.is_empty() => "",
@@ -96,7 +101,7 @@ pub fn parse_redis_url(text: &str) -> Result<RedisUrl, String> {
     let redacted = redact_url(text);
     let parsed = url::Url::parse(text).map_err(|e| {
         format!(
-            "`{redacted}` is not a valid URL ({e}); expected redis://[user:password@]host:port/db"
+            "`{redacted}` is not a valid URL ({e}); expected redis://[user:password@]host:port/db (percent-encode `/ # ? @ %` in a password, e.g. `/` as %2F)"
         )
     })?;
     match parsed.scheme() {

@@ -59,7 +59,7 @@ impl Scene for RedisScene {
         self.redis.restart();
     }
     fn steal(&self, key: &str) {
-        let value = r#"{"id":"thief","fencing_token":1,"token":"not-yours"}"#;
+        let value = r#"{"id":"thief","fencing_token":1,"owner":"not-yours"}"#;
         self.redis.cmd(&[
             "SET",
             &format!("leaderd:{{{key}}}:lease"),

@@ -1,5 +1,6 @@
 //! The Redis lease: one key `leaderd:{KEY}:lease` holding
-//! `{"id", "fencing_token", "token"}` with a TTL, a counter
+//! `{"id", "fencing_token", "owner"}` (owner: the SHA-1 of the ownership
+//! token, never the token) with a TTL, a counter
 //! `leaderd:{KEY}:fence`, the wake list `leaderd:{KEY}:wake` (see
 //! [`wake`]) and the channel `leaderd:{KEY}:released`. Every
 //! operation is one Lua script, called by hash (reloaded after `NOSCRIPT`),

@@ -4,7 +4,7 @@
 -- Returns {1, fencing_token} when the lease is ours (also when an earlier,
 -- timed-out attempt with the same token had already won), else held_by's reply.
 local lease, holder = held_by(KEYS[1])
-if lease and lease.token == ARGV[1] then
+if lease and lease.owner == redis.sha1hex(ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {1, lease.fencing_token}
 end
@@ -22,6 +22,9 @@ local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local fencing = math.max(last + 1, tonumber(ARGV[4]) + 1, now_ms)
 redis.call('SET', KEYS[2], string.format('%d', fencing))
-local value = '{"id":' .. ARGV[2] .. ',"fencing_token":' .. string.format('%d', fencing) .. ',"token":"' .. ARGV[1] .. '"}'
+-- The value names the holder and its token for a plain GET, but keeps only a
+-- hash of the ownership token: reading Redis is not enough to renew or
+-- release someone else's lease.
+local value = '{"id":' .. ARGV[2] .. ',"fencing_token":' .. string.format('%d', fencing) .. ',"owner":"' .. redis.sha1hex(ARGV[1]) .. '"}'
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
 return {1, fencing}

@@ -5,7 +5,7 @@
 -- client blocked in BLPOP on it, oldest first. Also announces the release
 -- on the channel for observers. Returns 1 if released, else 0.
 local lease = held_by(KEYS[1])
-if lease and lease.token == ARGV[1] then
+if lease and lease.owner == redis.sha1hex(ARGV[1]) then
   local id = lease.id or ''
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], id)

@@ -1,0 +1,152 @@
+//! Issue #11: secrets never leak. Passwords with URL delimiters, secret
+//! files, the command-line warning, and a lease value that no longer holds
+//! the ownership token.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+use support::{Leaderd, Redis, run_to_end, run_with_env};
+
+#[test]
+fn a_password_with_url_delimiters_never_appears_in_an_error() {
+    // Nothing listens on this port: check and status fail fast (exit 1)
+    // where the URL parses, every command exits 2 where it does not.
+    let port = support::free_port();
+    for password in ["Kq/Vv", "Kq#Vv", "Kq?Vv", "Kq@Vv", "Kq%Vv", "KqVv"] {
+        for (url, parses) in [
+            (
+                format!("redis://app:{password}-SECRET@127.0.0.1:{port}/0"),
+                true,
+            ),
+            (
+                format!("redis://app:{password}-SECRET@127.0.0.1:notaport/0"),
+                false,
+            ),
+            (format!("redis://:{password}-SECRET@/0"), false),
+        ] {
+            for cmd in ["run", "check", "status"] {
+                if cmd == "run" && parses && !password.contains(['/', '#', '?']) {
+                    continue; // it would campaign for ever
+                }
+                let args = [cmd, "--redis", &url, "--redis-timeout", "200ms"];
+                let (code, out, err) = run_to_end(&args);
+                let all = format!("{out}{err}");
+                assert!(
+                    !all.contains("SECRET") && !all.contains(password),
+                    "{cmd} {url}: {all}"
+                );
+                if code == 2 {
+                    assert!(
+                        all.contains("***"),
+                        "{cmd} {url}: names the redacted URL: {all}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_url_can_come_from_a_file_and_a_loose_file_or_a_command_line_password_is_warned_about() {
+    let redis = Redis::start();
+    redis.cmd(&["CONFIG", "SET", "requirepass", "file-S3CRET"]);
+    let url = format!("redis://:file-S3CRET@127.0.0.1:{}", redis.port);
+    let dir = support::temp_dir("secret-file");
+    let file = dir.join("url");
+    std::fs::write(&file, format!("{url}\n")).unwrap();
+    for (mode, warned) in [(0o600, false), (0o644, true)] {
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        let (code, out) = {
+            let out = support::command(&["check", "--key", "sf"])
+                .env("LEADERD_REDIS_URL_FILE", &file)
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned()
+                    + &String::from_utf8_lossy(&out.stderr),
+            )
+        };
+        assert_eq!(code, Some(0), "{out}");
+        assert!(!out.contains("file-S3CRET"), "{out}");
+        assert!(out.contains("LEADERD_REDIS_URL_FILE"), "the origin: {out}");
+        assert_eq!(
+            out.contains("is readable by group or others (mode 0644)"),
+            warned,
+            "mode {mode:o}: {out}"
+        );
+    }
+    // Both the URL and the file: a usage error.
+    let (code, err) = run_with_env(
+        &["check"],
+        &[
+            ("LEADERD_REDIS_URL", url.as_str()),
+            ("LEADERD_REDIS_URL_FILE", support::path_str(&file)),
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("choose one") && !err.contains("file-S3CRET"),
+        "{err}"
+    );
+    // On the command line: works, with a warning that names the alternatives.
+    let (code, out, err) = run_to_end(&["check", "--redis", &url, "--key", "sf"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("# warning: --redis: the URL's password is visible")
+            && out.contains("LEADERD_REDIS_URL_FILE"),
+        "{out}"
+    );
+    assert!(!out.contains("file-S3CRET") && !err.contains("file-S3CRET"));
+}
+
+#[test]
+fn the_lease_value_holds_no_ownership_token_and_its_hash_cannot_renew_or_release() {
+    let redis = Redis::start();
+    let key = support::key("hashed");
+    let node = Leaderd::run("a", &["--redis", &redis.url(), "--key", &key]);
+    node.wait_leading(Duration::from_secs(5));
+    let lease = format!("leaderd:{{{key}}}:lease");
+    let stored: serde_json::Value = serde_json::from_str(&redis.get(&lease).unwrap()).unwrap();
+    assert_eq!(stored["id"], "a", "a plain GET still names the holder");
+    assert!(stored["fencing_token"].as_u64().is_some());
+    assert!(stored.get("token").is_none(), "{stored}");
+    let owner = stored["owner"]
+        .as_str()
+        .expect("the token's hash")
+        .to_string();
+    let holder = include_str!("../src/lease/redis/lua/holder.lua");
+    for (script, extra) in [
+        ("renew", vec!["60000"]),
+        ("release", vec!["ch", "3", "2000"]),
+    ] {
+        let body = match script {
+            "renew" => include_str!("../src/lease/redis/lua/renew.lua"),
+            _ => include_str!("../src/lease/redis/lua/release.lua"),
+        };
+        let source = format!("{holder}\n{body}");
+        let mut call = redis::cmd("EVAL");
+        call.arg(&source);
+        if script == "renew" {
+            call.arg(1).arg(&lease);
+        } else {
+            call.arg(2)
+                .arg(&lease)
+                .arg(format!("leaderd:{{{key}}}:wake"));
+        }
+        call.arg(&owner);
+        for a in &extra {
+            call.arg(*a);
+        }
+        let reply: redis::Value = call.query(&mut redis.conn()).unwrap();
+        let won = matches!(&reply, redis::Value::Int(1))
+            || matches!(&reply, redis::Value::Array(a) if a.first() == Some(&redis::Value::Int(1)));
+        assert!(
+            !won,
+            "{script} with the stored hash as the token: {reply:?}"
+        );
+    }
+    assert!(redis.get(&lease).is_some(), "still held");
+    assert!(node.is_leader());
+}
