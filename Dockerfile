@@ -29,6 +29,7 @@ ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="leaderd" \
       org.opencontainers.image.description="Leader-election sidecar: many copies contend for a Redis lease; the winner runs the work" \
       org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="MIT OR Apache-2.0" \
       org.opencontainers.image.base.name="scratch" \
       org.opencontainers.image.documentation="README.md in the source tree"
 COPY --from=build /out/rootfs/ /

@@ -221,6 +221,7 @@ impl Bench {
         self.redis.cmd(&["CONFIG", "RESETSTAT"]);
         std::thread::sleep(window); // the measurement window itself
         let calls = command_calls(&self.redis);
+        // SAFETY: plain libc call without pointers.
         let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
         let cpu: Vec<f64> = nodes
             .iter()

@@ -85,6 +85,9 @@ impl Redis {
                 "no",
             ])
             .args(["--enable-debug-command", "local", "--loglevel", "notice"])
+            // Replication writes an RDB even without persistence: keep it
+            // out of the working directory.
+            .args(["--dir", path_str(&self.dir())])
             .args(&self.extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -108,6 +111,13 @@ impl Redis {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// This server's working directory, made on first use.
+    fn dir(&self) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("leaderd-test-redis-{}", self.port));
+        std::fs::create_dir_all(&dir).expect("redis dir");
+        dir
     }
 
     pub fn conn(&self) -> redis::Connection {
@@ -179,6 +189,7 @@ impl Drop for Redis {
             send_signal(child.id(), "CONT");
         }
         self.kill();
+        let _ = std::fs::remove_dir_all(self.dir());
     }
 }
 
