@@ -110,6 +110,15 @@ pub struct ConfigArgs {
     /// Lock file for the single-host backend [env: LEADERD_LOCK_FILE] [default: $XDG_RUNTIME_DIR/leaderd-KEY.lock, else /tmp]
     #[arg(long, value_name = "PATH", help_heading = "Backend")]
     pub lock_file: Option<PathBuf>,
+    /// For rediss://: trust only this PEM CA bundle (default: the system's roots) [env: LEADERD_REDIS_TLS_CA]
+    #[arg(long, value_name = "FILE", help_heading = "Backend")]
+    pub redis_tls_ca: Option<PathBuf>,
+    /// For rediss:// with mutual TLS: the client certificate (PEM), with --redis-tls-key [env: LEADERD_REDIS_TLS_CERT]
+    #[arg(long, value_name = "FILE", help_heading = "Backend")]
+    pub redis_tls_cert: Option<PathBuf>,
+    /// For rediss:// with mutual TLS: the client's private key (PEM) [env: LEADERD_REDIS_TLS_KEY]
+    #[arg(long, value_name = "FILE", help_heading = "Backend")]
+    pub redis_tls_key: Option<PathBuf>,
     /// Timeout of every Redis command [env: LEADERD_REDIS_TIMEOUT] [default: 500ms]
     #[arg(long, value_name = "DUR", help_heading = "Backend")]
     pub redis_timeout: Option<String>,

@@ -32,6 +32,9 @@ fn main() -> ExitCode {
             )));
         }
     };
+    // One crypto provider for every TLS client (rediss://, webhooks), before
+    // any of them is built.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Run(_)) {
         // Only `run` holds anything to release.

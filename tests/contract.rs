@@ -19,9 +19,10 @@ use support::{Leaderd, eventually, probe_child, probe_events, run_to_end};
 type StartScene = fn() -> Box<dyn Scene>;
 
 /// Every backend's scene, by the name `lease::BACKENDS` registers.
-const SCENES: [(&str, StartScene); 2] = [
+const SCENES: [(&str, StartScene); 3] = [
     ("lock-file", LockFileScene::start),
     ("redis", RedisScene::start),
+    ("redis", RedisScene::start_tls),
 ];
 
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -54,7 +55,7 @@ fn for_each_backend(test: fn(&mut dyn Scene)) {
     for (name, start) in SCENES {
         let mut scene = start();
         assert_eq!(scene.name(), name);
-        eprintln!("--- {name}");
+        eprintln!("--- {name} ({})", scene.args("k").join(" "));
         test(scene.as_mut());
     }
 }
@@ -65,6 +66,7 @@ fn every_registered_backend_runs_the_suite() {
     let mut covered: Vec<&str> = SCENES.iter().map(|(name, _)| *name).collect();
     registered.sort();
     covered.sort();
+    covered.dedup(); // Redis runs twice: plain and over TLS
     assert_eq!(
         registered, covered,
         "a backend without a scene in the contract suite"
@@ -98,7 +100,7 @@ fn sigterm_hands_over_at_once_and_the_next_child_starts_after_the_last_stopped()
     for_each_backend(|scene| {
         let name = scene.name();
         let key = support::key("contract-term");
-        let dir = support::temp_dir(&format!("contract-term-{name}"));
+        let dir = support::temp_dir(&format!("contract-term-{}", support::os::below(1 << 30)));
         let logs: Vec<_> = ["a", "b", "c"].iter().map(|id| dir.join(id)).collect();
         // A long TTL: a handover by expiry would take 20 s.
         let mut nodes: Vec<Leaderd> = ["a", "b", "c"]
@@ -205,7 +207,8 @@ fn a_lease_taken_away_is_noticed_at_the_next_renewal() {
     for_each_backend(|scene| {
         let name = scene.name();
         let key = support::key("contract-steal");
-        let log = support::temp_dir(&format!("contract-steal-{name}")).join("a");
+        let log =
+            support::temp_dir(&format!("contract-steal-{}", support::os::below(1 << 30))).join("a");
         let node = candidate(scene, &key, "a", TTL, Some(&log));
         node.wait_leading(PATIENCE);
         let token = node.leader().unwrap().1["fencing_token"].as_u64();

@@ -80,6 +80,9 @@ pub struct FileConfig {
 pub struct RedisSection {
     pub urls: List,
     pub url_file: Scalar,
+    pub tls_ca: Scalar,
+    pub tls_cert: Scalar,
+    pub tls_key: Scalar,
     pub timeout: Scalar,
 }
 

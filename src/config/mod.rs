@@ -38,12 +38,20 @@ pub enum BackendConfig {
     Redis {
         url: RedisUrl,
         timeout: Duration,
+        tls: RedisTls,
     },
     /// `implicit` when no backend was configured and the embedded default is used.
-    LockFile {
-        path: PathBuf,
-        implicit: bool,
-    },
+    LockFile { path: PathBuf, implicit: bool },
+}
+
+/// TLS material for `rediss://`, read at start-up. Empty: the system's
+/// roots, no client certificate.
+#[derive(Debug, Clone, Default)]
+pub struct RedisTls {
+    /// PEM bundle to trust instead of the system's roots.
+    pub ca: Option<Vec<u8>>,
+    /// PEM certificate chain and private key for mutual TLS.
+    pub client: Option<(Vec<u8>, Secret)>,
 }
 
 #[derive(Debug, Clone)]

@@ -293,10 +293,14 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
     }
     let backend_is_redis = matches!(backend.value, BackendConfig::Redis { .. });
     let backend = match backend.value {
-        BackendConfig::Redis { url, .. } => BackendConfig::Redis {
-            url,
-            timeout: redis_timeout.value,
-        },
+        BackendConfig::Redis { url, .. } => {
+            let tls = super::sections::redis_tls(&r, s, &url, &mut warnings, &mut note)?;
+            BackendConfig::Redis {
+                url,
+                timeout: redis_timeout.value,
+                tls,
+            }
+        }
         other => other,
     };
 

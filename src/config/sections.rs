@@ -4,7 +4,9 @@
 
 use super::resolve::{Origin, Resolver, Value, opt, or_default, show};
 use super::values::{self, RedisUrl, Signal};
-use super::{BackendConfig, ChildConfig, ConfigError, OnChildExit, Sources, WebhookConfig};
+use super::{
+    BackendConfig, ChildConfig, ConfigError, OnChildExit, RedisTls, Sources, WebhookConfig,
+};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -145,6 +147,7 @@ pub(super) fn backend(
                 value: BackendConfig::Redis {
                     url: urls.value.remove(0),
                     timeout: Duration::ZERO,
+                    tls: RedisTls::default(),
                 },
                 origin: urls.origin,
             }),
@@ -181,6 +184,109 @@ pub(super) fn backend(
             })
         }
     }
+}
+
+/// `--redis-tls-ca`, `--redis-tls-cert` and `--redis-tls-key`: read now,
+/// for `rediss://` only, the certificate and key both or neither.
+pub(super) fn redis_tls(
+    r: &Resolver<'_>,
+    s: &Sources<'_>,
+    url: &RedisUrl,
+    warnings: &mut Vec<String>,
+    note: &mut impl FnMut(&'static str, String, &Origin),
+) -> Result<RedisTls, ConfigError> {
+    let a = s.args;
+    let empty = Default::default();
+    let f = s.file.map(|f| &f.values).unwrap_or(&empty);
+    let path = |p: &str| {
+        if p.trim().is_empty() {
+            Err("is empty; give a file path".to_string())
+        } else {
+            Ok(PathBuf::from(p))
+        }
+    };
+    let ca = r.scalar(
+        &opt("--redis-tls-ca", "LEADERD_REDIS_TLS_CA", "redis.tls_ca"),
+        a.redis_tls_ca.as_ref().and_then(|p| p.to_str()),
+        &f.redis.tls_ca,
+        path,
+    )?;
+    let cert = r.scalar(
+        &opt(
+            "--redis-tls-cert",
+            "LEADERD_REDIS_TLS_CERT",
+            "redis.tls_cert",
+        ),
+        a.redis_tls_cert.as_ref().and_then(|p| p.to_str()),
+        &f.redis.tls_cert,
+        path,
+    )?;
+    let key = r.scalar(
+        &opt("--redis-tls-key", "LEADERD_REDIS_TLS_KEY", "redis.tls_key"),
+        a.redis_tls_key.as_ref().and_then(|p| p.to_str()),
+        &f.redis.tls_key,
+        path,
+    )?;
+    let given = [&ca, &cert, &key].into_iter().flatten().next();
+    if let Some(first) = given
+        && !url.is_tls()
+    {
+        return Err(ConfigError(format!(
+            "{}: TLS files apply to rediss:// URLs, but the Redis URL is `{}`; use rediss://",
+            first.origin,
+            url.redacted()
+        )));
+    }
+    let read = |v: &Value<PathBuf>| {
+        (s.read_secret)(&v.value).map_err(|e| {
+            ConfigError(format!(
+                "{}: cannot read {}: {e}",
+                v.origin,
+                v.value.display()
+            ))
+        })
+    };
+    let mut tls = RedisTls::default();
+    if let Some(ca) = &ca {
+        note(
+            "redis.tls_ca",
+            format!("{:?}", ca.value.display().to_string()),
+            &ca.origin,
+        );
+        tls.ca = Some(read(ca)?.0.into_bytes());
+    }
+    match (&cert, &key) {
+        (Some(cert), Some(key)) => {
+            note(
+                "redis.tls_cert",
+                format!("{:?}", cert.value.display().to_string()),
+                &cert.origin,
+            );
+            note(
+                "redis.tls_key",
+                format!("{:?}", key.value.display().to_string()),
+                &key.origin,
+            );
+            let (key_pem, mode) = read(key)?;
+            if mode & 0o077 != 0 {
+                warnings.push(format!(
+                    "{}: the private key {} is readable by group or others (mode {:04o}); `chmod 600` it",
+                    key.origin,
+                    key.value.display(),
+                    mode & 0o7777
+                ));
+            }
+            tls.client = Some((read(cert)?.0.into_bytes(), values::Secret::new(key_pem)));
+        }
+        (None, None) => {}
+        (Some(one), None) | (None, Some(one)) => {
+            return Err(ConfigError(format!(
+                "{}: mutual TLS needs both --redis-tls-cert and --redis-tls-key (or their env vars or TOML keys); give both or neither",
+                one.origin
+            )));
+        }
+    }
+    Ok(tls)
 }
 
 pub(super) fn child(

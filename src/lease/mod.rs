@@ -92,6 +92,13 @@ pub enum Error {
     /// node behind a single-server URL); `detail` names the right one.
     #[error("{backend}: {detail}")]
     WrongKind { backend: String, detail: String },
+    /// A TLS handshake or TLS setting failed; `hint` says what to fix.
+    #[error("TLS with {backend} failed: {detail}; {hint}")]
+    Tls {
+        backend: String,
+        detail: String,
+        hint: String,
+    },
     #[error("unexpected reply from {backend}: {detail}")]
     Unexpected { backend: String, detail: String },
     #[error("lock file {path}: {detail}")]
@@ -115,7 +122,10 @@ impl Error {
     pub fn is_misconfiguration(&self) -> bool {
         matches!(
             self,
-            Error::Misconfigured { .. } | Error::File { .. } | Error::WrongKind { .. }
+            Error::Misconfigured { .. }
+                | Error::File { .. }
+                | Error::WrongKind { .. }
+                | Error::Tls { .. }
         )
     }
 

@@ -25,12 +25,31 @@ pub trait Scene {
 
 pub struct RedisScene {
     redis: Redis,
+    /// Extra flags for TLS (`--redis-tls-ca`).
+    tls_args: Vec<String>,
+    /// Keeps the certificates' directory while the scene lives.
+    _pki: Option<super::tls::Pki>,
 }
 
 impl RedisScene {
     pub fn start() -> Box<dyn Scene> {
         Box::new(RedisScene {
             redis: Redis::start(),
+            tls_args: Vec::new(),
+            _pki: None,
+        })
+    }
+
+    /// Redis listening only on TLS, trusted through `--redis-tls-ca`.
+    pub fn start_tls() -> Box<dyn Scene> {
+        let pki = super::tls::Pki::new(&format!("scene-{}", super::os::below(1 << 30)));
+        let server = pki.leaf("server", &["127.0.0.1", "localhost"], false);
+        let redis = super::tls::redis(&pki, &server, false);
+        let ca = pki.ca().to_str().expect("utf-8").to_string();
+        Box::new(RedisScene {
+            redis,
+            tls_args: vec!["--redis-tls-ca".into(), ca],
+            _pki: Some(pki),
         })
     }
 }
@@ -49,7 +68,9 @@ impl Scene for RedisScene {
             "200ms",
         ]
         .map(String::from)
-        .to_vec()
+        .into_iter()
+        .chain(self.tls_args.iter().cloned())
+        .collect()
     }
     fn remaining(&self, key: &str) -> Option<Duration> {
         let pttl = self.redis.pttl(&format!("leaderd:{{{key}}}:lease"));

@@ -8,6 +8,7 @@
 pub mod backends;
 pub mod os;
 pub mod proxy;
+pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -54,6 +55,16 @@ pub struct Redis {
     child: Option<Child>,
     /// Extra `redis-server` arguments, kept for restarts.
     extra: Vec<String>,
+    /// For a TLS-only server: how the fixture's own commands connect.
+    tls: Option<TlsClient>,
+}
+
+/// PEM material for the fixture's own TLS connections.
+#[derive(Clone)]
+pub struct TlsClient {
+    pub ca: Vec<u8>,
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
 }
 
 impl Redis {
@@ -67,6 +78,28 @@ impl Redis {
             port: free_port(),
             child: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            tls: None,
+        };
+        redis.launch();
+        redis
+    }
+
+    /// Listening only on a TLS port (`port`), with `extra` naming the
+    /// certificates (see `tls::redis`).
+    pub fn start_tls(extra: Vec<String>, client: TlsClient) -> Redis {
+        let port = free_port();
+        let mut args = vec![
+            "--tls-port".to_string(),
+            port.to_string(),
+            "--port".into(),
+            "0".into(),
+        ];
+        args.extend(extra);
+        let mut redis = Redis {
+            port,
+            child: None,
+            extra: args,
+            tls: Some(client),
         };
         redis.launch();
         redis
@@ -110,7 +143,12 @@ impl Redis {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// This server's working directory, made on first use.
@@ -121,7 +159,20 @@ impl Redis {
     }
 
     pub fn conn(&self) -> redis::Connection {
-        let client = redis::Client::open(self.url()).expect("valid URL");
+        let client = match &self.tls {
+            None => redis::Client::open(self.url()).expect("valid URL"),
+            Some(tls) => {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                let certificates = redis::TlsCertificates {
+                    client_tls: Some(redis::ClientTlsConfig {
+                        client_cert: tls.cert.clone(),
+                        client_key: tls.key.clone(),
+                    }),
+                    root_cert: Some(tls.ca.clone()),
+                };
+                redis::Client::build_with_tls(self.url(), certificates).expect("TLS client")
+            }
+        };
         client
             .get_connection_with_timeout(Duration::from_secs(2))
             .expect("test Redis reachable")

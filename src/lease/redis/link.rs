@@ -132,6 +132,13 @@ fn cluster_redirect(e: &RedisError) -> bool {
 pub(super) fn classify(e: RedisError, url: &str, timeout: Duration) -> Error {
     let backend = url.to_string();
     let detail = e.to_string();
+    if let Some(hint) = super::tls::hint(&detail) {
+        return Error::Tls {
+            backend,
+            detail,
+            hint,
+        };
+    }
     if cluster_redirect(&e) {
         return Error::WrongKind {
             backend,

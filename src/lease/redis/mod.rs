@@ -7,6 +7,7 @@
 //! under one overall timeout.
 
 mod link;
+mod tls;
 pub mod wake;
 
 use super::{Acquire, BoxFuture, Error, Holder, LeaseBackend, Peek, Renew, new_token};
@@ -91,26 +92,30 @@ pub fn keys(key: &str) -> Keys {
 impl RedisLease {
     /// The Redis backend of `config` (see [`super::open`]).
     pub fn open(config: &Config) -> Result<Self, Error> {
-        let BackendConfig::Redis { url, timeout } = &config.backend else {
+        let BackendConfig::Redis { url, timeout, tls } = &config.backend else {
             unreachable!("lease::open passes only a Redis configuration")
         };
-        let mut lease = Self::new(url, *timeout, &config.key, &config.id, config.timing.ttl)?;
+        let client = tls::client(url, tls)?;
+        let mut lease = Self::new(
+            client,
+            url,
+            *timeout,
+            &config.key,
+            &config.id,
+            config.timing.ttl,
+        );
         lease.config = Some(config.clone());
         Ok(lease)
     }
 
-    pub fn new(
+    fn new(
+        client: redis::Client,
         url: &RedisUrl,
         timeout: Duration,
         key: &str,
         id: &str,
         ttl: Duration,
-    ) -> Result<Self, Error> {
-        let client = redis::Client::open(url.expose()).map_err(|e| Error::Misconfigured {
-            backend: url.redacted().to_string(),
-            detail: e.to_string(),
-            hint: link::ACL_HINT,
-        })?;
+    ) -> Self {
         let Keys {
             lease: lease_key,
             fence: fence_key,
@@ -118,7 +123,7 @@ impl RedisLease {
             channel,
         } = keys(key);
         let scripts = Scripts::new();
-        Ok(RedisLease {
+        RedisLease {
             link: Link {
                 client,
                 preload: scripts.sources.clone(),
@@ -138,7 +143,7 @@ impl RedisLease {
             highest_fencing: 0,
             scripts,
             config: None,
-        })
+        }
     }
 
     fn wake_queue(&self) -> wake::WakeQueue {
@@ -364,10 +369,17 @@ impl LeaseBackend for RedisLease {
                 Acquire::Held { .. } => {}
             }
             scratch.probe_wake_queue().await?;
-            Ok(vec![format!(
+            let mut lines = Vec::new();
+            if let BackendConfig::Redis { url, timeout, tls } = &scratch_config.backend
+                && url.is_tls()
+            {
+                lines.extend(tls::report(url, tls, *timeout).await?);
+            }
+            lines.push(format!(
                 "acquire, renew, release and the wait for wake-ups run as the configured user (scratch key {})",
                 scratch.lease_key
-            )])
+            ));
+            Ok(lines)
         })
     }
 }
