@@ -338,7 +338,10 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
     // the lock file and the URL file out of this check.
     let uncommented = uncommented
         .replace("lock_file = \"/run/leaderd/jobs.lock\"", "")
-        .replace("url_file = \"/run/secrets/leaderd-redis-url\"", "");
+        .replace("url_file = \"/run/secrets/leaderd-redis-url\"", "")
+        .replace("tls_ca = \"/etc/leaderd/redis-ca.pem\"", "")
+        .replace("tls_cert = \"/etc/leaderd/client.pem\"", "")
+        .replace("tls_key = \"/etc/leaderd/client.key\"", "");
     let c = Case::new()
         .file(&uncommented)
         .build()
