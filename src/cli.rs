@@ -4,7 +4,9 @@
 //! which is also where values are validated, so that one place owns precedence
 //! (flag > environment > file > default) and every error can name its source.
 
-use clap::{Args, Parser, Subcommand};
+use crate::config::options::{self, Spec};
+use clap::{Arg, ArgAction, ArgMatches, Args, Parser, Subcommand};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Shown by `leaderd --help` and in leaderd(1).
@@ -91,75 +93,75 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-/// Every configuration flag, unvalidated. `None` means "not given on the command line".
-#[derive(Debug, Default, Clone, Args)]
+/// Every configuration flag as given, unvalidated: the raw text of each
+/// option in [`options::ALL`] that has a flag, by its id. The flags are
+/// built from that table (see the `clap::Args` impl below).
+#[derive(Debug, Default, Clone)]
 pub struct ConfigArgs {
-    /// TOML configuration file [env: LEADERD_CONFIG]
-    #[arg(short = 'c', long, value_name = "FILE", help_heading = "Election")]
-    pub config: Option<PathBuf>,
-    /// Election name: candidates with the same key contend for the same lease [env: LEADERD_KEY] [default: leaderd]
-    #[arg(long, value_name = "NAME", help_heading = "Election")]
-    pub key: Option<String>,
-    /// This candidate's id, shown to others as the holder [env: LEADERD_ID] [default: $POD_NAME, else hostname]
-    #[arg(long, value_name = "ID", help_heading = "Election")]
-    pub id: Option<String>,
+    values: BTreeMap<&'static str, Vec<String>>,
+}
 
-    /// Redis URL, redis://[user:pass@]host:port/db [env: LEADERD_REDIS_URL, comma-separated; or a file: LEADERD_REDIS_URL_FILE]
-    #[arg(long = "redis", value_name = "URL", help_heading = "Backend")]
-    pub redis: Vec<String>,
-    /// Lock file for the single-host backend [env: LEADERD_LOCK_FILE] [default: $XDG_RUNTIME_DIR/leaderd-KEY.lock, else /tmp]
-    #[arg(long, value_name = "PATH", help_heading = "Backend")]
-    pub lock_file: Option<PathBuf>,
-    /// For rediss://: trust only this PEM CA bundle (default: the system's roots) [env: LEADERD_REDIS_TLS_CA]
-    #[arg(long, value_name = "FILE", help_heading = "Backend")]
-    pub redis_tls_ca: Option<PathBuf>,
-    /// For rediss:// with mutual TLS: the client certificate (PEM), with --redis-tls-key [env: LEADERD_REDIS_TLS_CERT]
-    #[arg(long, value_name = "FILE", help_heading = "Backend")]
-    pub redis_tls_cert: Option<PathBuf>,
-    /// For rediss:// with mutual TLS: the client's private key (PEM) [env: LEADERD_REDIS_TLS_KEY]
-    #[arg(long, value_name = "FILE", help_heading = "Backend")]
-    pub redis_tls_key: Option<PathBuf>,
-    /// Timeout of every Redis command [env: LEADERD_REDIS_TIMEOUT] [default: 500ms]
-    #[arg(long, value_name = "DUR", help_heading = "Backend")]
-    pub redis_timeout: Option<String>,
+impl ConfigArgs {
+    /// A single-valued flag's text, if given.
+    pub fn get(&self, spec: &Spec) -> Option<&str> {
+        self.values.get(spec.id)?.last().map(String::as_str)
+    }
 
-    /// Lease time to live [env: LEADERD_TTL] [default: 10s]
-    #[arg(long, value_name = "DUR", help_heading = "Timing")]
-    pub ttl: Option<String>,
-    /// How often the leader renews [env: LEADERD_RENEW_INTERVAL] [default: ttl / 3]
-    #[arg(long, value_name = "DUR", help_heading = "Timing")]
-    pub renew_interval: Option<String>,
-    /// Step down when no renewal succeeded for this long [env: LEADERD_RENEW_DEADLINE] [default: ttl × 2/3]
-    #[arg(long, value_name = "DUR", help_heading = "Timing")]
-    pub renew_deadline: Option<String>,
-    /// Wait after backend errors, jittered [env: LEADERD_RETRY_INTERVAL] [default: 2s]
-    #[arg(long, value_name = "DUR", help_heading = "Timing")]
-    pub retry_interval: Option<String>,
+    /// A repeatable flag's values (empty when not given).
+    pub fn list(&self, spec: &Spec) -> &[String] {
+        self.values.get(spec.id).map_or(&[], Vec::as_slice)
+    }
 
-    /// HTTP listen address, or `off` [env: LEADERD_HTTP] [default: 127.0.0.1:4040]
-    #[arg(long, value_name = "ADDR", help_heading = "HTTP")]
-    pub http: Option<String>,
+    /// Sets a flag as if given on the command line (for tests and callers
+    /// that build a configuration in code).
+    pub fn set(&mut self, spec: &Spec, value: &str) {
+        self.values
+            .entry(spec.id)
+            .or_default()
+            .push(value.to_string());
+    }
+}
 
-    /// Signal sent to the child's process group to stop it [env: LEADERD_STOP_SIGNAL] [default: SIGTERM]
-    #[arg(long, value_name = "SIG", help_heading = "Work")]
-    pub stop_signal: Option<String>,
-    /// Grace before SIGKILL when stopping the child [env: LEADERD_STOP_TIMEOUT] [default: 10s]
-    #[arg(long, value_name = "DUR", help_heading = "Work")]
-    pub stop_timeout: Option<String>,
-    /// What to do when the child exits: restart, release or exit [env: LEADERD_ON_CHILD_EXIT] [default: release]
-    #[arg(long, value_name = "POLICY", help_heading = "Work")]
-    pub on_child_exit: Option<String>,
-    /// Webhook to POST elected/demoted events to; repeatable [env: LEADERD_WEBHOOK_URL]
-    #[arg(long = "webhook", value_name = "URL", help_heading = "Work")]
-    pub webhook: Vec<String>,
-    /// File holding the webhook signing secret [env: LEADERD_WEBHOOK_SECRET_FILE; LEADERD_WEBHOOK_SECRET holds the secret itself]
-    #[arg(long, value_name = "FILE", help_heading = "Work")]
-    pub webhook_secret_file: Option<PathBuf>,
+impl clap::FromArgMatches for ConfigArgs {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut args = ConfigArgs::default();
+        for spec in options::ALL.iter().filter(|s| s.flag.is_some()) {
+            if let Some(values) = matches.get_many::<String>(spec.id) {
+                args.values.insert(spec.id, values.cloned().collect());
+            }
+        }
+        Ok(args)
+    }
 
-    /// Log format: text or json [env: LEADERD_LOG_FORMAT] [default: text]
-    #[arg(long, value_name = "FORMAT", help_heading = "Logging")]
-    pub log_format: Option<String>,
-    /// Log level or tracing filter, e.g. info or leaderd=debug [env: RUST_LOG] [default: info]
-    #[arg(long, value_name = "LEVEL", help_heading = "Logging")]
-    pub log_level: Option<String>,
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for ConfigArgs {
+    fn augment_args(mut cmd: clap::Command) -> clap::Command {
+        for spec in options::ALL {
+            let Some(flag) = spec.flag else { continue };
+            let mut arg = Arg::new(spec.id)
+                .long(flag.trim_start_matches("--"))
+                .value_name(spec.value_name)
+                .help(spec.help_line())
+                .help_heading(spec.heading)
+                .action(if spec.list {
+                    ArgAction::Append
+                } else {
+                    ArgAction::Set
+                });
+            if let Some(short) = spec.short {
+                arg = arg.short(short);
+            }
+            cmd = cmd.arg(arg);
+        }
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }

@@ -1,8 +1,11 @@
-//! The TOML configuration file: its schema (unknown keys are errors) and the
-//! raw values with their byte spans, so errors can cite the line.
+//! The TOML configuration file: its schema is the TOML keys of
+//! [`super::options::ALL`] (any other key is an error naming its line), and
+//! its values are kept raw with their byte spans, so errors can cite the line.
 
-use serde::{Deserialize, Deserializer};
+use super::options::{self, Spec};
+use std::collections::BTreeMap;
 use std::ops::Range;
+use toml::de::{DeTable, DeValue};
 
 /// A value as written in the file, with where it was written.
 #[derive(Debug, Clone)]
@@ -11,136 +14,64 @@ pub struct At<T> {
     pub span: Range<usize>,
 }
 
-/// A scalar option: written as a TOML string. A bare number is refused here
-/// with a hint, since `ttl = 10` is the most common mistake.
+/// A scalar option: written as a TOML string.
 #[derive(Debug, Clone)]
 pub struct Text(pub String);
 
-impl<'de> Deserialize<'de> for Text {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Text(String),
-            Int(i64),
-            Float(f64),
-            Bool(bool),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Text(s) => Ok(Text(s)),
-            Raw::Int(n) => Err(serde::de::Error::custom(format!(
-                "a bare number ({n}) is not accepted; write a quoted value with a unit, e.g. \"{n}s\" or \"{n}ms\""
-            ))),
-            Raw::Float(n) => Err(serde::de::Error::custom(format!(
-                "a bare number ({n}) is not accepted; write a quoted value with a unit, e.g. \"{n}s\""
-            ))),
-            Raw::Bool(b) => Err(serde::de::Error::custom(format!(
-                "`{b}` is not accepted here; write a quoted string"
-            ))),
-        }
-    }
+#[derive(Debug, Clone)]
+enum Raw {
+    Text(Text),
+    List(Vec<String>),
 }
 
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for At<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let spanned = toml::Spanned::<T>::deserialize(d)?;
-        let span = spanned.span();
-        Ok(At {
-            value: spanned.into_inner(),
-            span,
-        })
-    }
-}
-
-type Scalar = Option<At<Text>>;
-type List = Option<At<Vec<String>>>;
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    pub key: Scalar,
-    pub id: Scalar,
-    pub lock_file: Scalar,
-    #[serde(default)]
-    pub redis: RedisSection,
-    #[serde(default)]
-    pub lease: LeaseSection,
-    #[serde(default)]
-    pub http: HttpSection,
-    #[serde(default)]
-    pub child: ChildSection,
-    #[serde(default)]
-    pub webhook: WebhookSection,
-    #[serde(default)]
-    pub log: LogSection,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedisSection {
-    pub urls: List,
-    pub url_file: Scalar,
-    pub tls_ca: Scalar,
-    pub tls_cert: Scalar,
-    pub tls_key: Scalar,
-    pub timeout: Scalar,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LeaseSection {
-    pub ttl: Scalar,
-    pub renew_interval: Scalar,
-    pub renew_deadline: Scalar,
-    pub retry_interval: Scalar,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HttpSection {
-    pub listen: Scalar,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChildSection {
-    pub command: List,
-    pub stop_signal: Scalar,
-    pub stop_timeout: Scalar,
-    pub on_exit: Scalar,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WebhookSection {
-    pub urls: List,
-    pub secret_file: Scalar,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LogSection {
-    pub format: Scalar,
-    pub level: Scalar,
-}
-
-/// A loaded configuration file: its name (for messages), text and parsed values.
+/// A loaded configuration file: its name (for messages), text and values by
+/// TOML key.
 #[derive(Debug)]
 pub struct ConfigFile {
     pub name: String,
     text: String,
-    pub values: FileConfig,
+    values: BTreeMap<&'static str, At<Raw>>,
 }
 
 impl ConfigFile {
-    /// Parses `text`; the error names the file and carries toml's line and column.
+    /// Parses `text`; every error names the file and the line.
     pub fn parse(name: &str, text: &str) -> Result<Self, String> {
-        let values = toml::from_str(text).map_err(|e| format!("{name}: {e}"))?;
-        Ok(ConfigFile {
+        let table = DeTable::parse(text).map_err(|e| format!("{name}: {e}"))?;
+        let mut file = ConfigFile {
             name: name.to_string(),
             text: text.to_string(),
-            values,
-        })
+            values: BTreeMap::new(),
+        };
+        file.walk("", table.get_ref())?;
+        Ok(file)
+    }
+
+    /// The scalar at `spec`'s key, if the file sets it.
+    pub fn scalar(&self, spec: &Spec) -> Option<At<Text>> {
+        match self.values.get(spec.key?)? {
+            At {
+                value: Raw::Text(t),
+                span,
+            } => Some(At {
+                value: t.clone(),
+                span: span.clone(),
+            }),
+            At { .. } => None,
+        }
+    }
+
+    /// The array at `spec`'s key, if the file sets it.
+    pub fn list(&self, spec: &Spec) -> Option<At<Vec<String>>> {
+        match self.values.get(spec.key?)? {
+            At {
+                value: Raw::List(items),
+                span,
+            } => Some(At {
+                value: items.clone(),
+                span: span.clone(),
+            }),
+            At { .. } => None,
+        }
     }
 
     /// 1-based line of a byte offset.
@@ -152,4 +83,80 @@ impl ConfigFile {
             .count()
             + 1
     }
+
+    fn walk(&mut self, prefix: &str, table: &DeTable<'_>) -> Result<(), String> {
+        for (key, value) in table {
+            let path = if prefix.is_empty() {
+                key.get_ref().to_string()
+            } else {
+                format!("{prefix}.{}", key.get_ref())
+            };
+            let span = value.span();
+            let at =
+                |msg: String| format!("{} line {} ({path}): {msg}", self.name, self.line_of(&span));
+            match (options::by_key(&path), value.get_ref()) {
+                (None, DeValue::Table(inner)) if is_section(&path) => self.walk(&path, inner)?,
+                (None, _) => {
+                    return Err(format!(
+                        "{} line {}: unknown key `{path}`; the keys are {}",
+                        self.name,
+                        self.line_of(&key.span()),
+                        known_keys()
+                    ));
+                }
+                (Some(spec), value) => {
+                    let raw = if spec.list {
+                        Raw::List(strings(value).map_err(at)?)
+                    } else {
+                        Raw::Text(Text(text(value).map_err(at)?))
+                    };
+                    let key = spec.key.expect("found by its key");
+                    self.values.insert(key, At { value: raw, span });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A table that holds option keys (`[lease]`, `[redis]`, ...).
+fn is_section(path: &str) -> bool {
+    options::ALL
+        .iter()
+        .filter_map(|s| s.key)
+        .any(|k| k.starts_with(&format!("{path}.")))
+}
+
+fn known_keys() -> String {
+    let keys: Vec<&str> = options::ALL.iter().filter_map(|s| s.key).collect();
+    keys.join(", ")
+}
+
+/// A scalar option is written as a string; a bare number gets a hint,
+/// since `ttl = 10` is the most common mistake.
+fn text(value: &DeValue<'_>) -> Result<String, String> {
+    match value {
+        DeValue::String(s) => Ok(s.to_string()),
+        DeValue::Integer(n) => Err(format!(
+            "a bare number ({n}) is not accepted; write a quoted value with a unit, e.g. \"{n}s\" or \"{n}ms\""
+        )),
+        DeValue::Float(n) => Err(format!(
+            "a bare number ({n}) is not accepted; write a quoted value with a unit, e.g. \"{n}s\""
+        )),
+        DeValue::Boolean(b) => Err(format!("`{b}` is not accepted here; write a quoted string")),
+        _ => Err("expected a quoted string".into()),
+    }
+}
+
+fn strings(value: &DeValue<'_>) -> Result<Vec<String>, String> {
+    let DeValue::Array(items) = value else {
+        return Err("expected an array of strings, e.g. [\"a\", \"b\"]".into());
+    };
+    items
+        .iter()
+        .map(|item| match item.get_ref() {
+            DeValue::String(s) => Ok(s.to_string()),
+            _ => Err("expected an array of strings, e.g. [\"a\", \"b\"]".into()),
+        })
+        .collect()
 }

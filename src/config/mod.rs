@@ -8,6 +8,7 @@
 //! variable, or the file, line and key.
 
 mod file;
+pub mod options;
 mod resolve;
 mod sections;
 #[cfg(test)]
@@ -179,8 +180,8 @@ fn config_path(
     args: &ConfigArgs,
     env: &dyn Fn(&str) -> Option<OsString>,
 ) -> Result<Option<PathBuf>, ConfigError> {
-    if let Some(path) = &args.config {
-        return Ok(Some(path.clone()));
+    if let Some(path) = args.get(&options::CONFIG) {
+        return Ok(Some(PathBuf::from(path)));
     }
     match env("LEADERD_CONFIG") {
         None => Ok(None),

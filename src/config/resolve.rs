@@ -1,7 +1,8 @@
 //! Precedence and validation: picks each option from flag > environment >
 //! file > default, parses it, then checks the relations between options.
 
-use super::file::{At, Text};
+use super::file::At;
+use super::options::{self, Spec};
 use super::sections::{backend, child, webhook};
 use super::values;
 use super::{BackendConfig, Config, ConfigError, LogConfig, LogFormat, Sources};
@@ -39,21 +40,6 @@ pub struct Value<T> {
     pub origin: Origin,
 }
 
-/// The names one option goes by.
-pub(super) struct Opt {
-    pub(super) flag: &'static str,
-    pub(super) env: Option<&'static str>,
-    pub(super) key: &'static str,
-}
-
-pub(super) const fn opt(flag: &'static str, env: &'static str, key: &'static str) -> Opt {
-    Opt {
-        flag,
-        env: Some(env),
-        key,
-    }
-}
-
 pub struct Resolver<'a> {
     sources: &'a Sources<'a>,
 }
@@ -78,32 +64,31 @@ impl<'a> Resolver<'a> {
         }
     }
 
-    pub(super) fn file_origin<T>(&self, key: &'static str, at: &At<T>) -> Origin {
+    pub(super) fn file_origin<T>(&self, spec: &Spec, at: &At<T>) -> Origin {
         let file = self.sources.file.expect("a file value implies a file");
         Origin::File {
             file: file.name.clone(),
             line: file.line_of(&at.span),
-            key,
+            key: spec.key.expect("read from the file by its key"),
         }
     }
 
     /// One scalar option through flag > env > file; `None` when not set anywhere.
     pub(super) fn scalar<T>(
         &self,
-        opt: &Opt,
-        flag: Option<&str>,
-        file: &Option<At<Text>>,
+        spec: &'static Spec,
         parse: impl Fn(&str) -> Result<T, String>,
     ) -> Result<Option<Value<T>>, ConfigError> {
-        let (text, origin) = if let Some(v) = flag {
-            (v.to_string(), Origin::Flag(opt.flag))
-        } else if let Some(v) = match opt.env {
-            Some(name) => self.env(name)?,
-            None => None,
-        } {
-            (v, Origin::Env(opt.env.expect("checked above")))
-        } else if let Some(at) = file {
-            (at.value.0.clone(), self.file_origin(opt.key, at))
+        let (text, origin) = if let Some(v) = self.sources.args.get(spec) {
+            (
+                v.to_string(),
+                Origin::Flag(spec.flag.expect("given as a flag")),
+            )
+        } else if let Some((v, name)) = self.env_of(spec)? {
+            (v, Origin::Env(name))
+        } else if let Some(at) = self.sources.file.and_then(|f| f.scalar(spec)) {
+            let origin = self.file_origin(spec, &at);
+            (at.value.0, origin)
         } else {
             return Ok(None);
         };
@@ -114,22 +99,41 @@ impl<'a> Resolver<'a> {
     /// A list option: repeated flag > comma-separated env > TOML array.
     pub(super) fn list<T>(
         &self,
-        opt: &Opt,
-        flag: &[String],
-        file: &Option<At<Vec<String>>>,
+        spec: &'static Spec,
         parse: impl Fn(&str) -> Result<T, String>,
     ) -> Result<Option<Value<Vec<T>>>, ConfigError> {
-        let (items, origin) = if !flag.is_empty() {
-            (flag.to_vec(), Origin::Flag(opt.flag))
-        } else if let Some(v) = match opt.env {
-            Some(name) => self.env(name)?,
-            None => None,
-        } {
-            let items = v.split(',').map(|s| s.trim().to_string()).collect();
-            (items, Origin::Env(opt.env.expect("checked above")))
-        } else if let Some(at) = file {
-            (at.value.clone(), self.file_origin(opt.key, at))
-        } else {
+        self.list_from(spec, [Layer::Flag, Layer::Env, Layer::File], parse)
+    }
+
+    /// A list option from the first of `layers` that sets it.
+    pub(super) fn list_from<T, const N: usize>(
+        &self,
+        spec: &'static Spec,
+        layers: [Layer; N],
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<Option<Value<Vec<T>>>, ConfigError> {
+        let mut found = None;
+        for layer in layers {
+            found = match layer {
+                Layer::Flag => {
+                    let given = self.sources.args.list(spec);
+                    (!given.is_empty())
+                        .then(|| (given.to_vec(), Origin::Flag(spec.flag.expect("a flag"))))
+                }
+                Layer::Env => self.env_of(spec)?.map(|(v, name)| {
+                    let items = v.split(',').map(|s| s.trim().to_string()).collect();
+                    (items, Origin::Env(name))
+                }),
+                Layer::File => self.sources.file.and_then(|f| f.list(spec)).map(|at| {
+                    let origin = self.file_origin(spec, &at);
+                    (at.value, origin)
+                }),
+            };
+            if found.is_some() {
+                break;
+            }
+        }
+        let Some((items, origin)) = found else {
             return Ok(None);
         };
         let parsed = items
@@ -141,6 +145,22 @@ impl<'a> Resolver<'a> {
             origin,
         }))
     }
+
+    /// `spec`'s environment variable, if it has one and it is set.
+    fn env_of(&self, spec: &Spec) -> Result<Option<(String, &'static str)>, ConfigError> {
+        match spec.env {
+            Some(name) => Ok(self.env(name)?.map(|v| (v, name))),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Where a value may come from, in precedence order.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Layer {
+    Flag,
+    Env,
+    File,
 }
 
 pub(super) fn or_default<T>(value: Option<Value<T>>, default: T, how: &'static str) -> Value<T> {
@@ -184,73 +204,28 @@ pub(super) fn positive(
 }
 
 pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
-    let a = s.args;
-    let empty = Default::default();
-    let f = s.file.map(|f| &f.values).unwrap_or(&empty);
     let mut effective: Vec<(&'static str, String, String)> = Vec::new();
     let mut note = |key: &'static str, value: String, origin: &Origin| {
         effective.push((key, value, origin.to_string()));
     };
 
-    let key = r.scalar(
-        &opt("--key", "LEADERD_KEY", "key"),
-        a.key.as_deref(),
-        &f.key,
-        values::parse_key,
-    )?;
+    let key = r.scalar(&options::KEY, values::parse_key)?;
     let key = or_default(key, "leaderd".to_string(), "");
     note("key", format!("{:?}", key.value), &key.origin);
 
-    let id = match r.scalar(
-        &opt("--id", "LEADERD_ID", "id"),
-        a.id.as_deref(),
-        &f.id,
-        values::parse_id,
-    )? {
+    let id = match r.scalar(&options::ID, values::parse_id)? {
         Some(id) => id,
         None => default_id(&r, s)?,
     };
     note("id", format!("{:?}", id.value), &id.origin);
 
-    let ttl = r.scalar(
-        &opt("--ttl", "LEADERD_TTL", "lease.ttl"),
-        a.ttl.as_deref(),
-        &f.lease.ttl,
-        positive(values::parse_duration),
-    )?;
+    let ttl = r.scalar(&options::TTL, positive(values::parse_duration))?;
     let ttl = or_default(ttl, Duration::from_secs(10), "");
-    let renew_interval = r.scalar(
-        &opt(
-            "--renew-interval",
-            "LEADERD_RENEW_INTERVAL",
-            "lease.renew_interval",
-        ),
-        a.renew_interval.as_deref(),
-        &f.lease.renew_interval,
-        positive(values::parse_duration),
-    )?;
+    let renew_interval = r.scalar(&options::RENEW_INTERVAL, positive(values::parse_duration))?;
     let renew_interval = or_default(renew_interval, whole_millis(ttl.value / 3), "ttl / 3");
-    let renew_deadline = r.scalar(
-        &opt(
-            "--renew-deadline",
-            "LEADERD_RENEW_DEADLINE",
-            "lease.renew_deadline",
-        ),
-        a.renew_deadline.as_deref(),
-        &f.lease.renew_deadline,
-        positive(values::parse_duration),
-    )?;
+    let renew_deadline = r.scalar(&options::RENEW_DEADLINE, positive(values::parse_duration))?;
     let renew_deadline = or_default(renew_deadline, whole_millis(ttl.value * 2 / 3), "ttl × 2/3");
-    let retry_interval = r.scalar(
-        &opt(
-            "--retry-interval",
-            "LEADERD_RETRY_INTERVAL",
-            "lease.retry_interval",
-        ),
-        a.retry_interval.as_deref(),
-        &f.lease.retry_interval,
-        positive(values::parse_duration),
-    )?;
+    let retry_interval = r.scalar(&options::RETRY_INTERVAL, positive(values::parse_duration))?;
     let retry_interval = or_default(retry_interval, Duration::from_secs(2), "");
     for (name, v) in [
         ("lease.ttl", &ttl),
@@ -261,12 +236,7 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
         note(name, format!("{:?}", show(v.value)), &v.origin);
     }
 
-    let redis_timeout = r.scalar(
-        &opt("--redis-timeout", "LEADERD_REDIS_TIMEOUT", "redis.timeout"),
-        a.redis_timeout.as_deref(),
-        &f.redis.timeout,
-        positive(values::parse_duration),
-    )?;
+    let redis_timeout = r.scalar(&options::REDIS_TIMEOUT, positive(values::parse_duration))?;
     let redis_timeout = or_default(redis_timeout, Duration::from_millis(500), "");
     let mut warnings = Vec::new();
     let backend = backend(&r, s, &key.value, &mut warnings)?;
@@ -321,12 +291,7 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
         )));
     }
 
-    let http = r.scalar(
-        &opt("--http", "LEADERD_HTTP", "http.listen"),
-        a.http.as_deref(),
-        &f.http.listen,
-        values::parse_http,
-    )?;
+    let http = r.scalar(&options::HTTP, values::parse_http)?;
     let http = or_default(http, Some(([127, 0, 0, 1], 4040).into()), "");
     note(
         "http.listen",
@@ -338,26 +303,16 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
     );
 
     let child = child(&r, s, &mut note)?;
-    let webhook = webhook(&r, s, &mut note)?;
+    let webhook = webhook(&r, &mut note)?;
 
-    let format = r.scalar(
-        &opt("--log-format", "LEADERD_LOG_FORMAT", "log.format"),
-        a.log_format.as_deref(),
-        &f.log.format,
-        values::parse_log_format,
-    )?;
+    let format = r.scalar(&options::LOG_FORMAT, values::parse_log_format)?;
     let format = or_default(format, LogFormat::Text, "");
     note(
         "log.format",
         format!("{:?}", format!("{:?}", format.value).to_lowercase()),
         &format.origin,
     );
-    let level = r.scalar(
-        &opt("--log-level", "RUST_LOG", "log.level"),
-        a.log_level.as_deref(),
-        &f.log.level,
-        values::parse_log_level,
-    )?;
+    let level = r.scalar(&options::LOG_LEVEL, values::parse_log_level)?;
     let level = or_default(level, "info".to_string(), "");
     note("log.level", format!("{:?}", level.value), &level.origin);
 

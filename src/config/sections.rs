@@ -2,20 +2,14 @@
 //! used (Redis, an explicit lock file, or the embedded default) and the work's
 //! settings, each value with its origin.
 
-use super::resolve::{Origin, Resolver, Value, opt, or_default, show};
+use super::options;
+use super::resolve::{Layer, Origin, Resolver, Value, or_default, show};
 use super::values::{self, RedisUrl, Signal};
 use super::{
     BackendConfig, ChildConfig, ConfigError, OnChildExit, RedisTls, Sources, WebhookConfig,
 };
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// Where a secret may be given instead of its value: an env var and a TOML
-/// key naming a file, read once at start-up.
-struct SecretFile {
-    env: &'static str,
-    key: &'static str,
-}
 
 /// The Redis URLs: `--redis`, else `LEADERD_REDIS_URL` or the file named by
 /// `LEADERD_REDIS_URL_FILE`, else `redis.urls` or the file named by
@@ -26,58 +20,49 @@ fn redis_urls(
     s: &Sources<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<Option<Value<Vec<RedisUrl>>>, ConfigError> {
-    let o = opt("--redis", "LEADERD_REDIS_URL", "redis.urls");
-    let from_file = SecretFile {
-        env: "LEADERD_REDIS_URL_FILE",
-        key: "redis.url_file",
-    };
-    let f = s.file.map(|f| &f.values.redis);
-    let no_list = None;
-    let urls = if !s.args.redis.is_empty() {
-        let urls = r.list(&o, &s.args.redis, &no_list, values::parse_redis_url)?;
-        if urls
-            .as_ref()
-            .is_some_and(|u| u.value.iter().any(RedisUrl::has_password))
-        {
+    let (urls, from_file) = (&options::REDIS, &options::REDIS_URL_FILE);
+    let parse = values::parse_redis_url;
+    let (file_env, file_key) = (
+        from_file.env.expect("declared"),
+        from_file.key.expect("declared"),
+    );
+    if let Some(given) = r.list_from(urls, [Layer::Flag], parse)? {
+        if given.value.iter().any(RedisUrl::has_password) {
             warnings.push(format!(
-                "--redis: the URL's password is visible to every user of this host in `ps`; give the URL in {} or in a file named by {} (or {})",
-                "LEADERD_REDIS_URL", from_file.env, from_file.key
+                "--redis: the URL's password is visible to every user of this host in `ps`; give the URL in {} or in a file named by {file_env} (or {file_key})",
+                urls.env.expect("declared")
             ));
         }
-        urls
-    } else if let Some(path) = r.env(from_file.env)? {
-        if r.env("LEADERD_REDIS_URL")?.is_some() {
+        return Ok(Some(given));
+    }
+    if let Some(path) = r.env(file_env)? {
+        if let Some(env) = r.list_from(urls, [Layer::Env], parse)? {
             return Err(ConfigError(format!(
-                "both LEADERD_REDIS_URL and {} are set; choose one",
-                from_file.env
+                "both {} and {file_env} are set; choose one",
+                env.origin
             )));
         }
-        let origin = Origin::Env(from_file.env);
-        Some(read_urls(s, &PathBuf::from(path), origin, warnings)?)
-    } else if let Some(urls) = r.list(&o, &[], &no_list, values::parse_redis_url)? {
-        Some(urls)
-    } else {
-        match f.and_then(|f| f.url_file.as_ref()) {
-            Some(at) => {
-                if f.is_some_and(|f| f.urls.is_some()) {
-                    return Err(ConfigError(format!(
-                        "{}: both redis.urls and redis.url_file are set; choose one",
-                        r.file_origin(from_file.key, at)
-                    )));
-                }
-                let origin = r.file_origin(from_file.key, at);
-                let path = PathBuf::from(&at.value.0);
-                Some(read_urls(s, &path, origin, warnings)?)
-            }
-            None => r.list(
-                &o,
-                &[],
-                f.map_or(&no_list, |f| &f.urls),
-                values::parse_redis_url,
-            )?,
-        }
+        let origin = Origin::Env(file_env);
+        return Ok(Some(read_urls(s, &PathBuf::from(path), origin, warnings)?));
+    }
+    if let Some(env) = r.list_from(urls, [Layer::Env], parse)? {
+        return Ok(Some(env));
+    }
+    let Some(at) = s.file.and_then(|f| f.scalar(from_file)) else {
+        return r.list_from(urls, [Layer::File], parse);
     };
-    Ok(urls)
+    let origin = r.file_origin(from_file, &at);
+    if s.file.and_then(|f| f.list(urls)).is_some() {
+        return Err(ConfigError(format!(
+            "{origin}: both redis.urls and {file_key} are set; choose one"
+        )));
+    }
+    Ok(Some(read_urls(
+        s,
+        &PathBuf::from(&at.value.0),
+        origin,
+        warnings,
+    )?))
 }
 
 /// Redis URLs from a secret file: one per line (or comma-separated).
@@ -117,22 +102,14 @@ pub(super) fn backend(
     key: &str,
     warnings: &mut Vec<String>,
 ) -> Result<Value<BackendConfig>, ConfigError> {
-    let a = s.args;
-    let f = s.file.map(|f| &f.values);
-    let no_scalar = None;
     let urls = redis_urls(r, s, warnings)?;
-    let lock_file = r.scalar(
-        &opt("--lock-file", "LEADERD_LOCK_FILE", "lock_file"),
-        a.lock_file.as_ref().and_then(|p| p.to_str()),
-        f.map_or(&no_scalar, |f| &f.lock_file),
-        |p| {
-            if p.trim().is_empty() {
-                Err("is empty; give a file path".to_string())
-            } else {
-                Ok(PathBuf::from(p))
-            }
-        },
-    )?;
+    let lock_file = r.scalar(&options::LOCK_FILE, |p| {
+        if p.trim().is_empty() {
+            Err("is empty; give a file path".to_string())
+        } else {
+            Ok(PathBuf::from(p))
+        }
+    })?;
     match (urls, lock_file) {
         (Some(urls), Some(file)) => Err(ConfigError(format!(
             "both a Redis backend ({}) and a lock file ({}) are configured; choose one",
@@ -195,9 +172,6 @@ pub(super) fn redis_tls(
     warnings: &mut Vec<String>,
     note: &mut impl FnMut(&'static str, String, &Origin),
 ) -> Result<RedisTls, ConfigError> {
-    let a = s.args;
-    let empty = Default::default();
-    let f = s.file.map(|f| &f.values).unwrap_or(&empty);
     let path = |p: &str| {
         if p.trim().is_empty() {
             Err("is empty; give a file path".to_string())
@@ -205,28 +179,9 @@ pub(super) fn redis_tls(
             Ok(PathBuf::from(p))
         }
     };
-    let ca = r.scalar(
-        &opt("--redis-tls-ca", "LEADERD_REDIS_TLS_CA", "redis.tls_ca"),
-        a.redis_tls_ca.as_ref().and_then(|p| p.to_str()),
-        &f.redis.tls_ca,
-        path,
-    )?;
-    let cert = r.scalar(
-        &opt(
-            "--redis-tls-cert",
-            "LEADERD_REDIS_TLS_CERT",
-            "redis.tls_cert",
-        ),
-        a.redis_tls_cert.as_ref().and_then(|p| p.to_str()),
-        &f.redis.tls_cert,
-        path,
-    )?;
-    let key = r.scalar(
-        &opt("--redis-tls-key", "LEADERD_REDIS_TLS_KEY", "redis.tls_key"),
-        a.redis_tls_key.as_ref().and_then(|p| p.to_str()),
-        &f.redis.tls_key,
-        path,
-    )?;
+    let ca = r.scalar(&options::REDIS_TLS_CA, path)?;
+    let cert = r.scalar(&options::REDIS_TLS_CERT, path)?;
+    let key = r.scalar(&options::REDIS_TLS_KEY, path)?;
     let given = [&ca, &cert, &key].into_iter().flatten().next();
     if let Some(first) = given
         && !url.is_tls()
@@ -294,24 +249,21 @@ pub(super) fn child(
     s: &Sources<'_>,
     note: &mut impl FnMut(&'static str, String, &Origin),
 ) -> Result<ChildConfig, ConfigError> {
-    let a = s.args;
-    let empty = Default::default();
-    let f = s.file.map(|f| &f.values).unwrap_or(&empty);
     let command = if !s.command.is_empty() {
         Value {
             value: s.command.to_vec(),
             origin: Origin::Flag("the command after --"),
         }
-    } else if let Some(at) = &f.child.command {
+    } else if let Some(at) = s.file.and_then(|f| f.list(&options::CHILD_COMMAND)) {
+        let origin = r.file_origin(&options::CHILD_COMMAND, &at);
         if at.value.is_empty() || at.value[0].trim().is_empty() {
             return Err(ConfigError(format!(
-                "{}: the command is empty; give [\"program\", \"arg\", ...] or remove the key",
-                r.file_origin("child.command", at)
+                "{origin}: the command is empty; give [\"program\", \"arg\", ...] or remove the key"
             )));
         }
         Value {
-            value: at.value.clone(),
-            origin: r.file_origin("child.command", at),
+            value: at.value,
+            origin,
         }
     } else {
         Value {
@@ -324,40 +276,21 @@ pub(super) fn child(
         format!("{:?}", command.value),
         &command.origin,
     );
-    let stop_signal = r.scalar(
-        &opt("--stop-signal", "LEADERD_STOP_SIGNAL", "child.stop_signal"),
-        a.stop_signal.as_deref(),
-        &f.child.stop_signal,
-        values::parse_signal,
-    )?;
+    let stop_signal = r.scalar(&options::STOP_SIGNAL, values::parse_signal)?;
     let stop_signal = or_default(stop_signal, Signal::TERM, "");
     note(
         "child.stop_signal",
         format!("{:?}", stop_signal.value.name),
         &stop_signal.origin,
     );
-    let stop_timeout = r.scalar(
-        &opt(
-            "--stop-timeout",
-            "LEADERD_STOP_TIMEOUT",
-            "child.stop_timeout",
-        ),
-        a.stop_timeout.as_deref(),
-        &f.child.stop_timeout,
-        values::parse_duration,
-    )?;
+    let stop_timeout = r.scalar(&options::STOP_TIMEOUT, values::parse_duration)?;
     let stop_timeout = or_default(stop_timeout, Duration::from_secs(10), "");
     note(
         "child.stop_timeout",
         format!("{:?}", show(stop_timeout.value)),
         &stop_timeout.origin,
     );
-    let on_exit = r.scalar(
-        &opt("--on-child-exit", "LEADERD_ON_CHILD_EXIT", "child.on_exit"),
-        a.on_child_exit.as_deref(),
-        &f.child.on_exit,
-        values::parse_on_child_exit,
-    )?;
+    let on_exit = r.scalar(&options::ON_CHILD_EXIT, values::parse_on_child_exit)?;
     let on_exit = or_default(on_exit, OnChildExit::Release, "");
     note(
         "child.on_exit",
@@ -374,18 +307,9 @@ pub(super) fn child(
 
 pub(super) fn webhook(
     r: &Resolver<'_>,
-    s: &Sources<'_>,
     note: &mut impl FnMut(&'static str, String, &Origin),
 ) -> Result<WebhookConfig, ConfigError> {
-    let a = s.args;
-    let empty = Default::default();
-    let f = s.file.map(|f| &f.values).unwrap_or(&empty);
-    let urls = r.list(
-        &opt("--webhook", "LEADERD_WEBHOOK_URL", "webhook.urls"),
-        &a.webhook,
-        &f.webhook.urls,
-        values::parse_webhook_url,
-    )?;
+    let urls = r.list(&options::WEBHOOK, values::parse_webhook_url)?;
     let urls = or_default(urls, Vec::new(), "none");
     note(
         "webhook.urls",
@@ -398,28 +322,16 @@ pub(super) fn webhook(
         ),
         &urls.origin,
     );
-    let secret = r.env("LEADERD_WEBHOOK_SECRET")?.map(values::Secret::new);
-    let secret_file = r.scalar(
-        &opt(
-            "--webhook-secret-file",
-            "LEADERD_WEBHOOK_SECRET_FILE",
-            "webhook.secret_file",
-        ),
-        a.webhook_secret_file.as_ref().and_then(|p| p.to_str()),
-        &f.webhook.secret_file,
-        |p| Ok(PathBuf::from(p)),
-    )?;
+    let secret_env = options::WEBHOOK_SECRET.env.expect("declared");
+    let secret = r.env(secret_env)?.map(values::Secret::new);
+    let secret_file = r.scalar(&options::WEBHOOK_SECRET_FILE, |p| Ok(PathBuf::from(p)))?;
     if secret.is_some() && secret_file.is_some() {
         return Err(ConfigError(
             "both LEADERD_WEBHOOK_SECRET and a webhook secret file are set; choose one".into(),
         ));
     }
     if secret.is_some() {
-        note(
-            "webhook.secret",
-            "\"***\"".into(),
-            &Origin::Env("LEADERD_WEBHOOK_SECRET"),
-        );
+        note("webhook.secret", "\"***\"".into(), &Origin::Env(secret_env));
     }
     if let Some(file) = &secret_file {
         note(

@@ -1,6 +1,7 @@
 //! Precedence, units and validation, tested without files or the process env.
 
 use super::*;
+use options;
 use std::collections::HashMap;
 
 struct Case {
@@ -87,7 +88,7 @@ fn precedence_is_flag_then_env_then_file_then_default() {
         .file(file)
         .env("LEADERD_KEY", "from-env")
         .env("LEADERD_TTL", "20s")
-        .args(|a| a.key = Some("from-flag".into()));
+        .args(|a| a.set(&options::KEY, "from-flag"));
     let c = all.build().unwrap();
     assert_eq!(c.key, "from-flag", "flag beats env and file");
     assert_eq!(c.timing.ttl, Duration::from_secs(20), "env beats file");
@@ -160,7 +161,7 @@ fn bare_number_is_refused_everywhere() {
         err.starts_with("LEADERD_TTL:") && err.contains("10s"),
         "{err}"
     );
-    let err = Case::new().args(|a| a.ttl = Some("10".into())).err();
+    let err = Case::new().args(|a| a.set(&options::TTL, "10")).err();
     assert!(
         err.starts_with("--ttl:") && err.contains("no unit"),
         "{err}"
@@ -177,11 +178,11 @@ fn empty_env_var_is_an_error_not_a_default() {
 
 #[test]
 fn each_timing_relation_is_enforced_and_named() {
-    let redis = |a: &mut ConfigArgs| a.redis = vec!["redis://127.0.0.1:6379".into()];
+    let redis = |a: &mut ConfigArgs| a.set(&options::REDIS, "redis://127.0.0.1:6379");
 
     let err = Case::new()
         .args(redis)
-        .args(|a| a.redis_timeout = Some("4s".into()))
+        .args(|a| a.set(&options::REDIS_TIMEOUT, "4s"))
         .err();
     assert!(
         err.contains("redis.timeout = 4s (--redis-timeout)")
@@ -198,7 +199,7 @@ fn each_timing_relation_is_enforced_and_named() {
     assert!(err.contains("lease.renew_deadline = 6s (leaderd.toml line 3 (lease.renew_deadline)) must be shorter than lease.ttl = 5s (leaderd.toml line 2"), "{err}");
 
     let err = Case::new()
-        .args(|a| a.renew_deadline = Some("9500ms".into()))
+        .args(|a| a.set(&options::RENEW_DEADLINE, "9500ms"))
         .err();
     assert!(
         err.contains("to stop the work") && err.contains("set renew_deadline ≤ 8398ms"),
@@ -206,7 +207,7 @@ fn each_timing_relation_is_enforced_and_named() {
     );
 
     let err = Case::new()
-        .args(|a| a.retry_interval = Some("0s".into()))
+        .args(|a| a.set(&options::RETRY_INTERVAL, "0s"))
         .err();
     assert!(
         err.starts_with("--retry-interval:") && err.contains("greater than zero"),
@@ -218,7 +219,7 @@ fn each_timing_relation_is_enforced_and_named() {
 fn the_redis_timeout_only_matters_with_redis() {
     assert!(
         Case::new()
-            .args(|a| a.redis_timeout = Some("4s".into()))
+            .args(|a| a.set(&options::REDIS_TIMEOUT, "4s"))
             .build()
             .is_ok()
     );
@@ -227,7 +228,7 @@ fn the_redis_timeout_only_matters_with_redis() {
 #[test]
 fn malformed_redis_url_is_named_and_redacted() {
     let err = Case::new()
-        .args(|a| a.redis = vec!["redis://u:hunter2@:6379".into()])
+        .args(|a| a.set(&options::REDIS, "redis://u:hunter2@:6379"))
         .err();
     assert!(
         err.starts_with("--redis:") && !err.contains("hunter2") && err.contains("u:***@"),
@@ -239,8 +240,8 @@ fn malformed_redis_url_is_named_and_redacted() {
 fn backends_are_exclusive_and_kubernetes_needs_redis() {
     let err = Case::new()
         .args(|a| {
-            a.redis = vec!["redis://127.0.0.1:6379".into()];
-            a.lock_file = Some("/tmp/x.lock".into());
+            a.set(&options::REDIS, "redis://127.0.0.1:6379");
+            a.set(&options::LOCK_FILE, "/tmp/x.lock");
         })
         .err();
     assert!(
@@ -254,7 +255,7 @@ fn backends_are_exclusive_and_kubernetes_needs_redis() {
     );
     let explicit = Case::new()
         .env("KUBERNETES_SERVICE_HOST", "10.0.0.1")
-        .args(|a| a.lock_file = Some("/shared/l".into()));
+        .args(|a| a.set(&options::LOCK_FILE, "/shared/l"));
     assert!(
         explicit.build().is_ok(),
         "an explicit lock file is the user's choice"
@@ -265,7 +266,7 @@ fn backends_are_exclusive_and_kubernetes_needs_redis() {
 fn implicit_lock_file_lives_in_the_runtime_dir() {
     let c = Case::new()
         .env("XDG_RUNTIME_DIR", "/run/user/7")
-        .args(|a| a.key = Some("jobs/a".into()))
+        .args(|a| a.set(&options::KEY, "jobs/a"))
         .build()
         .unwrap();
     match c.backend {
@@ -299,7 +300,7 @@ fn other_values_name_their_source() {
     );
     let err = Case::new().env("LEADERD_HTTP", "localhost").err();
     assert!(err.starts_with("LEADERD_HTTP:"), "{err}");
-    let err = Case::new().args(|a| a.key = Some("a b".into())).err();
+    let err = Case::new().args(|a| a.set(&options::KEY, "a b")).err();
     assert!(err.starts_with("--key:"), "{err}");
     let err = Case::new().env("LEADERD_LOG_FORMAT", "yaml").err();
     assert!(err.starts_with("LEADERD_LOG_FORMAT:"), "{err}");
@@ -347,7 +348,7 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
         .build()
         .expect("example parses when uncommented");
     let d = Case::new()
-        .args(|a| a.redis = vec!["redis://127.0.0.1:6379/0".into()])
+        .args(|a| a.set(&options::REDIS, "redis://127.0.0.1:6379/0"))
         .build()
         .unwrap();
     assert_eq!(c.timing, d.timing);
@@ -415,7 +416,7 @@ fn the_redis_url_can_come_from_a_secret_file_at_either_layer() {
 #[test]
 fn a_password_on_the_command_line_is_warned_about() {
     let c = Case::new()
-        .args(|a| a.redis = vec!["redis://app:pw@h:6379".into()])
+        .args(|a| a.set(&options::REDIS, "redis://app:pw@h:6379"))
         .build()
         .unwrap();
     assert!(
@@ -424,8 +425,86 @@ fn a_password_on_the_command_line_is_warned_about() {
         c.warnings
     );
     let plain = Case::new()
-        .args(|a| a.redis = vec!["redis://h:6379".into()])
+        .args(|a| a.set(&options::REDIS, "redis://h:6379"))
         .build()
         .unwrap();
     assert!(plain.warnings.is_empty());
+}
+
+/// README's option table has a row naming each option's flag, environment
+/// variable and TOML key together, and no row for an option that is gone.
+#[test]
+fn the_readme_option_table_matches_the_declarations() {
+    let readme = include_str!("../../README.md");
+    let rows: Vec<&str> = readme
+        .lines()
+        .filter(|l| {
+            l.starts_with("| `--") || l.starts_with("| `-c") || l.starts_with("| the command")
+        })
+        .collect();
+    let tokens = |row: &str| -> Vec<String> {
+        row.split([' ', '`', '|', ',', '(', ')', '='])
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    for spec in options::ALL {
+        let names: Vec<&str> = [spec.flag, spec.env, spec.key]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert!(
+            rows.iter()
+                .any(|row| names.iter().all(|n| tokens(row).iter().any(|t| t == n))),
+            "README has no option-table row with {names:?}"
+        );
+    }
+    for row in &rows {
+        let documented = tokens(row);
+        let known = documented
+            .iter()
+            .filter(|t| t.starts_with("--") && t.len() > 2)
+            .all(|t| options::ALL.iter().any(|s| s.flag == Some(t.as_str())));
+        assert!(
+            known,
+            "README documents an option leaderd does not have: {row}"
+        );
+    }
+}
+
+/// The example config shows every TOML key, and names each option's flag
+/// and environment variable beside it.
+#[test]
+fn the_example_config_shows_every_key_with_its_flag_and_env() {
+    let example = include_str!("../../config/leaderd.example.toml");
+    for spec in options::ALL {
+        let Some(key) = spec.key else { continue };
+        let leaf = key.rsplit('.').next().expect("a key");
+        assert!(
+            example.contains(&format!("# {leaf} = ")),
+            "the example config does not show {key}"
+        );
+        for name in [spec.flag, spec.env].into_iter().flatten() {
+            assert!(
+                example.contains(name),
+                "the example config does not name {name} ({key})"
+            );
+        }
+    }
+}
+
+/// `check` prints options by their declared TOML keys.
+#[test]
+fn check_names_every_option_by_its_declared_key() {
+    let c = Case::new()
+        .args(|a| a.set(&options::REDIS, "redis://127.0.0.1:6379/0"))
+        .build()
+        .unwrap();
+    for line in c.describe().lines() {
+        let key = line.split(" = ").next().expect("key = value");
+        assert!(
+            options::by_key(key).is_some(),
+            "undeclared key in check: {line}"
+        );
+    }
 }

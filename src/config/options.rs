@@ -1,0 +1,349 @@
+//! Every option, declared once: its flag, environment variable, TOML key,
+//! default (as documented) and help. The command line ([`crate::cli`]), the
+//! config file's schema (`file`), resolution and `check`'s printout
+//! (`resolve`) all read these rows; tests check the README's option table
+//! and the example config against them. Adding an option is one row here
+//! plus its parsing and validation where it is resolved.
+
+/// One option's names and documentation.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Spec {
+    /// The clap id (also how [`crate::cli::ConfigArgs`] stores its values).
+    pub id: &'static str,
+    /// `--flag`; `None` for options given only by env var or file.
+    pub flag: Option<&'static str>,
+    pub short: Option<char>,
+    pub env: Option<&'static str>,
+    /// Dotted TOML key; `None` when the option cannot be set in the file.
+    pub key: Option<&'static str>,
+    pub value_name: &'static str,
+    pub heading: &'static str,
+    pub help: &'static str,
+    /// The default as documented (`None`: no default).
+    pub default: Option<&'static str>,
+    /// Repeatable flag, comma-separated env var, TOML array.
+    pub list: bool,
+}
+
+const fn spec(id: &'static str, flag: &'static str, env: &'static str, key: &'static str) -> Spec {
+    Spec {
+        id,
+        flag: Some(flag),
+        short: None,
+        env: Some(env),
+        key: Some(key),
+        value_name: "VALUE",
+        heading: "",
+        help: "",
+        default: None,
+        list: false,
+    }
+}
+
+impl Spec {
+    const fn value(mut self, name: &'static str) -> Self {
+        self.value_name = name;
+        self
+    }
+    const fn under(mut self, heading: &'static str) -> Self {
+        self.heading = heading;
+        self
+    }
+    const fn help(mut self, help: &'static str) -> Self {
+        self.help = help;
+        self
+    }
+    const fn default(mut self, default: &'static str) -> Self {
+        self.default = Some(default);
+        self
+    }
+    const fn list(mut self) -> Self {
+        self.list = true;
+        self
+    }
+    const fn no_flag(mut self) -> Self {
+        self.flag = None;
+        self
+    }
+    const fn no_key(mut self) -> Self {
+        self.key = None;
+        self
+    }
+    const fn no_env(mut self) -> Self {
+        self.env = None;
+        self
+    }
+
+    /// The help line `--help` shows: the text, then where else it is read
+    /// from and its default.
+    pub fn help_line(&self) -> String {
+        let mut line = self.help.to_string();
+        if let Some(env) = self.env {
+            let how = if self.list { ", comma-separated" } else { "" };
+            line.push_str(&format!(" [env: {env}{how}]"));
+        }
+        if let Some(key) = self.key {
+            line.push_str(&format!(" [TOML: {key}]"));
+        }
+        if let Some(default) = self.default {
+            line.push_str(&format!(" [default: {default}]"));
+        }
+        line
+    }
+}
+
+const ELECTION: &str = "Election";
+const BACKEND: &str = "Backend";
+const TIMING: &str = "Timing";
+const WORK: &str = "Work";
+
+pub const CONFIG: Spec = Spec {
+    short: Some('c'),
+    ..spec("config", "--config", "LEADERD_CONFIG", "")
+        .no_key()
+        .value("FILE")
+        .under(ELECTION)
+        .help("TOML configuration file")
+};
+pub const KEY: Spec = spec("key", "--key", "LEADERD_KEY", "key")
+    .value("NAME")
+    .under(ELECTION)
+    .help("Election name: candidates with the same key contend for the same lease")
+    .default("leaderd");
+pub const ID: Spec = spec("id", "--id", "LEADERD_ID", "id")
+    .value("ID")
+    .under(ELECTION)
+    .help("This candidate's id, shown to others as the holder")
+    .default("$POD_NAME, else the host name");
+pub const REDIS: Spec = spec("redis", "--redis", "LEADERD_REDIS_URL", "redis.urls")
+    .value("URL")
+    .under(BACKEND)
+    .help("Redis URL, redis://[user:pass@]host:port/db or rediss:// for TLS (or in a file: LEADERD_REDIS_URL_FILE, redis.url_file)")
+    .list();
+pub const REDIS_URL_FILE: Spec = spec(
+    "redis_url_file",
+    "",
+    "LEADERD_REDIS_URL_FILE",
+    "redis.url_file",
+)
+.no_flag()
+.value("FILE")
+.under(BACKEND)
+.help("A file holding the Redis URL(s), one per line, read at start-up");
+pub const LOCK_FILE: Spec = spec("lock_file", "--lock-file", "LEADERD_LOCK_FILE", "lock_file")
+    .value("PATH")
+    .under(BACKEND)
+    .help("Lock file for the single-host backend")
+    .default("$XDG_RUNTIME_DIR/leaderd-KEY.lock, else /tmp");
+pub const REDIS_TLS_CA: Spec = spec(
+    "redis_tls_ca",
+    "--redis-tls-ca",
+    "LEADERD_REDIS_TLS_CA",
+    "redis.tls_ca",
+)
+.value("FILE")
+.under(BACKEND)
+.help("For rediss://: trust only this PEM CA bundle")
+.default("the system's roots");
+pub const REDIS_TLS_CERT: Spec = spec(
+    "redis_tls_cert",
+    "--redis-tls-cert",
+    "LEADERD_REDIS_TLS_CERT",
+    "redis.tls_cert",
+)
+.value("FILE")
+.under(BACKEND)
+.help("For rediss:// with mutual TLS: the client certificate (PEM), with --redis-tls-key");
+pub const REDIS_TLS_KEY: Spec = spec(
+    "redis_tls_key",
+    "--redis-tls-key",
+    "LEADERD_REDIS_TLS_KEY",
+    "redis.tls_key",
+)
+.value("FILE")
+.under(BACKEND)
+.help("For rediss:// with mutual TLS: the client's private key (PEM)");
+pub const REDIS_TIMEOUT: Spec = spec(
+    "redis_timeout",
+    "--redis-timeout",
+    "LEADERD_REDIS_TIMEOUT",
+    "redis.timeout",
+)
+.value("DUR")
+.under(BACKEND)
+.help("Timeout of every Redis command, TLS handshake included")
+.default("500ms");
+pub const TTL: Spec = spec("ttl", "--ttl", "LEADERD_TTL", "lease.ttl")
+    .value("DUR")
+    .under(TIMING)
+    .help("Lease time to live")
+    .default("10s");
+pub const RENEW_INTERVAL: Spec = spec(
+    "renew_interval",
+    "--renew-interval",
+    "LEADERD_RENEW_INTERVAL",
+    "lease.renew_interval",
+)
+.value("DUR")
+.under(TIMING)
+.help("How often the leader renews")
+.default("ttl / 3");
+pub const RENEW_DEADLINE: Spec = spec(
+    "renew_deadline",
+    "--renew-deadline",
+    "LEADERD_RENEW_DEADLINE",
+    "lease.renew_deadline",
+)
+.value("DUR")
+.under(TIMING)
+.help("Step down when no renewal succeeded for this long")
+.default("ttl × 2/3");
+pub const RETRY_INTERVAL: Spec = spec(
+    "retry_interval",
+    "--retry-interval",
+    "LEADERD_RETRY_INTERVAL",
+    "lease.retry_interval",
+)
+.value("DUR")
+.under(TIMING)
+.help("Wait after backend errors, jittered")
+.default("2s");
+pub const HTTP: Spec = spec("http", "--http", "LEADERD_HTTP", "http.listen")
+    .value("ADDR")
+    .under("HTTP")
+    .help("HTTP listen address, or `off`")
+    .default("127.0.0.1:4040");
+pub const STOP_SIGNAL: Spec = spec(
+    "stop_signal",
+    "--stop-signal",
+    "LEADERD_STOP_SIGNAL",
+    "child.stop_signal",
+)
+.value("SIG")
+.under(WORK)
+.help("Signal sent to the child's process group to stop it")
+.default("SIGTERM");
+pub const STOP_TIMEOUT: Spec = spec(
+    "stop_timeout",
+    "--stop-timeout",
+    "LEADERD_STOP_TIMEOUT",
+    "child.stop_timeout",
+)
+.value("DUR")
+.under(WORK)
+.help("Grace before SIGKILL when stopping the child")
+.default("10s");
+pub const ON_CHILD_EXIT: Spec = spec(
+    "on_child_exit",
+    "--on-child-exit",
+    "LEADERD_ON_CHILD_EXIT",
+    "child.on_exit",
+)
+.value("POLICY")
+.under(WORK)
+.help("What to do when the child exits: restart, release or exit")
+.default("release");
+pub const CHILD_COMMAND: Spec = spec("command", "", "", "child.command")
+    .no_flag()
+    .no_env()
+    .value("COMMAND")
+    .under(WORK)
+    .help("The command to run while leader (on the command line: after `--`)")
+    .list();
+pub const WEBHOOK: Spec = spec(
+    "webhook",
+    "--webhook",
+    "LEADERD_WEBHOOK_URL",
+    "webhook.urls",
+)
+.value("URL")
+.under(WORK)
+.help("Webhook to POST elected/demoted events to; repeatable")
+.list();
+pub const WEBHOOK_SECRET_FILE: Spec = spec(
+    "webhook_secret_file",
+    "--webhook-secret-file",
+    "LEADERD_WEBHOOK_SECRET_FILE",
+    "webhook.secret_file",
+)
+.value("FILE")
+.under(WORK)
+.help("File holding the webhook signing secret (or LEADERD_WEBHOOK_SECRET: the secret itself)");
+pub const WEBHOOK_SECRET: Spec = spec("webhook_secret", "", "LEADERD_WEBHOOK_SECRET", "")
+    .no_flag()
+    .no_key()
+    .value("SECRET")
+    .under(WORK)
+    .help("The webhook signing secret itself (base64 or whsec_…; only from the environment)");
+pub const LOG_FORMAT: Spec = spec(
+    "log_format",
+    "--log-format",
+    "LEADERD_LOG_FORMAT",
+    "log.format",
+)
+.value("FORMAT")
+.under("Logging")
+.help("Log format: text or json")
+.default("text");
+pub const LOG_LEVEL: Spec = spec("log_level", "--log-level", "RUST_LOG", "log.level")
+    .value("LEVEL")
+    .under("Logging")
+    .help("Log level or tracing filter, e.g. info or leaderd=debug")
+    .default("info");
+
+/// Every option, in the order of `--help`, `check` and the docs.
+pub const ALL: [&Spec; 24] = [
+    &CONFIG,
+    &KEY,
+    &ID,
+    &REDIS,
+    &REDIS_URL_FILE,
+    &LOCK_FILE,
+    &REDIS_TLS_CA,
+    &REDIS_TLS_CERT,
+    &REDIS_TLS_KEY,
+    &REDIS_TIMEOUT,
+    &TTL,
+    &RENEW_INTERVAL,
+    &RENEW_DEADLINE,
+    &RETRY_INTERVAL,
+    &HTTP,
+    &STOP_SIGNAL,
+    &STOP_TIMEOUT,
+    &ON_CHILD_EXIT,
+    &CHILD_COMMAND,
+    &WEBHOOK,
+    &WEBHOOK_SECRET_FILE,
+    &WEBHOOK_SECRET,
+    &LOG_FORMAT,
+    &LOG_LEVEL,
+];
+
+/// The option with TOML key `key`.
+pub fn by_key(key: &str) -> Option<&'static Spec> {
+    ALL.into_iter().find(|s| s.key == Some(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_well_formed() {
+        for (i, a) in ALL.iter().enumerate() {
+            for b in &ALL[i + 1..] {
+                assert_ne!(a.id, b.id);
+                assert!(a.flag.is_none() || a.flag != b.flag, "{}", a.id);
+                assert!(a.env.is_none() || a.env != b.env, "{}", a.id);
+                assert!(a.key.is_none() || a.key != b.key, "{}", a.id);
+            }
+            assert!(a.flag.is_none_or(|f| f.starts_with("--")), "{}", a.id);
+            assert!(!a.help.is_empty() && !a.heading.is_empty(), "{}", a.id);
+            assert!(
+                a.flag.is_some() || a.env.is_some() || a.key.is_some(),
+                "{}",
+                a.id
+            );
+        }
+    }
+}
