@@ -113,6 +113,8 @@ struct Bench {
     exe: String,
     dir: PathBuf,
     next_id: usize,
+    /// Extra flags for every candidate (the CA for the TLS run).
+    extra: Vec<String>,
 }
 
 impl Bench {
@@ -130,6 +132,7 @@ impl Bench {
             "--log-level",
             "warn",
         ];
+        args.extend(self.extra.iter().map(String::as_str));
         let file;
         if let Some(f) = probe_file {
             file = f.to_str().unwrap().to_string();
@@ -373,6 +376,7 @@ fn main() {
         exe: exe.clone(),
         dir: dir.clone(),
         next_id: 0,
+        extra: Vec::new(),
     };
     let (startup, stop) = child_alone(&exe, &dir, 20);
     println!(
@@ -397,6 +401,27 @@ fn main() {
         overlaps = overlaps.max(overlap);
         row(
             &format!("graceful handover, K = {k} (SIGTERM → next child running)"),
+            &s,
+        );
+    }
+    {
+        // The same handover with the lease on a Redis that speaks only TLS.
+        let pki = support::tls::Pki::new("bench");
+        let server = pki.leaf("server", &["127.0.0.1"], false);
+        let ca = pki.ca().to_str().unwrap().to_string();
+        let tls_dir = dir.join("tls");
+        std::fs::create_dir_all(&tls_dir).expect("bench dir");
+        let mut tls = Bench {
+            redis: support::tls::redis(&pki, &server, false),
+            exe: exe.clone(),
+            dir: tls_dir,
+            next_id: 1000,
+            extra: vec!["--redis-tls-ca".into(), ca],
+        };
+        let (s, overlap) = tls.handovers(3, 15);
+        overlaps = overlaps.max(overlap);
+        row(
+            "graceful handover over TLS (rediss://), K = 3 (SIGTERM → next child running)",
             &s,
         );
     }
