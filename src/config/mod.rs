@@ -7,6 +7,7 @@
 //! Every error names where the bad value came from: the flag, the environment
 //! variable, or the file, line and key.
 
+mod backend;
 mod file;
 pub mod options;
 mod resolve;
@@ -15,6 +16,7 @@ mod sections;
 mod tests;
 mod values;
 
+pub use backend::{BackendConfig, RedisTls};
 pub use file::ConfigFile;
 pub use resolve::show as show_duration;
 pub use values::{LogFormat, OnChildExit, RedisUrl, Secret, Signal, parse_duration, redact_url};
@@ -32,28 +34,6 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
-
-/// Which lease backend to use (PRODUCT §5).
-#[derive(Debug, Clone)]
-pub enum BackendConfig {
-    Redis {
-        url: RedisUrl,
-        timeout: Duration,
-        tls: RedisTls,
-    },
-    /// `implicit` when no backend was configured and the embedded default is used.
-    LockFile { path: PathBuf, implicit: bool },
-}
-
-/// TLS material for `rediss://`, read at start-up. Empty: the system's
-/// roots, no client certificate.
-#[derive(Debug, Clone, Default)]
-pub struct RedisTls {
-    /// PEM bundle to trust instead of the system's roots.
-    pub ca: Option<Vec<u8>>,
-    /// PEM certificate chain and private key for mutual TLS.
-    pub client: Option<(Vec<u8>, Secret)>,
-}
 
 #[derive(Debug, Clone)]
 pub struct ChildConfig {

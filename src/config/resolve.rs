@@ -1,9 +1,10 @@
 //! Precedence and validation: picks each option from flag > environment >
 //! file > default, parses it, then checks the relations between options.
 
+use super::backend::{backend, redis_tls};
 use super::file::At;
 use super::options::{self, Spec};
-use super::sections::{backend, child, webhook};
+use super::sections::{child, webhook};
 use super::values;
 use super::{BackendConfig, Config, ConfigError, LogConfig, LogFormat, Sources};
 use crate::timing::Timing;
@@ -264,7 +265,7 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
     let backend_is_redis = matches!(backend.value, BackendConfig::Redis { .. });
     let backend = match backend.value {
         BackendConfig::Redis { url, .. } => {
-            let tls = super::sections::redis_tls(&r, s, &url, &mut warnings, &mut note)?;
+            let tls = redis_tls(&r, s, &url, &mut warnings, &mut note)?;
             BackendConfig::Redis {
                 url,
                 timeout: redis_timeout.value,

@@ -8,14 +8,19 @@
 //! [`open`] is the one place that chooses a backend from the configuration;
 //! the runner, `app` and the HTTP layer only see the trait.
 //!
-//! A new backend:
-//! 1. a module here implementing [`LeaseBackend`], with its own
-//!    `open(&Config)` constructor;
-//! 2. its variant of [`crate::config::BackendConfig`] and the resolution
-//!    of its options in `config` (flags in `cli`, TOML keys in
-//!    `config::file`);
-//! 3. one arm in [`open`] and its name in [`BACKENDS`], which the contract
-//!    suite (`tests/contract.rs`) checks it runs against.
+//! A new backend is a module here implementing [`LeaseBackend`] (with its
+//! own `open(&Config)` constructor) and touches three existing files:
+//! 1. `lease/mod.rs` (this file): `mod`, one arm in [`open`], its name in
+//!    [`BACKENDS`], which the contract suite (`tests/contract.rs`) checks
+//!    it runs against;
+//! 2. `config/backend.rs`: its variant of [`crate::config::BackendConfig`]
+//!    and the resolution of its options;
+//! 3. `config/options.rs`: one row per option (flag, env var, TOML key,
+//!    default, help), from which the command line, the config file's
+//!    schema and the docs' tests derive.
+//!
+//! Its tests: a `Scene` in `tests/support/backends.rs` and a line in the
+//! contract suite's `SCENES`.
 
 pub mod file;
 pub mod redis;

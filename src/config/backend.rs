@@ -1,0 +1,266 @@
+//! Which lease backend, and its options: the configuration side of a
+//! backend. A new backend adds its variant to [`BackendConfig`] and its
+//! resolution here (its options are rows in `options`; its lease is a
+//! module under `lease`).
+
+use super::options;
+use super::resolve::{Layer, Origin, Resolver, Value};
+use super::values::{self, RedisUrl, Secret};
+use super::{ConfigError, Sources};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Which lease backend to use (PRODUCT §5).
+#[derive(Debug, Clone)]
+pub enum BackendConfig {
+    Redis {
+        url: RedisUrl,
+        timeout: Duration,
+        tls: RedisTls,
+    },
+    /// `implicit` when no backend was configured and the embedded default is used.
+    LockFile { path: PathBuf, implicit: bool },
+}
+
+/// TLS material for `rediss://`, read at start-up. Empty: the system's
+/// roots, no client certificate.
+#[derive(Debug, Clone, Default)]
+pub struct RedisTls {
+    /// PEM bundle to trust instead of the system's roots.
+    pub ca: Option<Vec<u8>>,
+    /// PEM certificate chain and private key for mutual TLS.
+    pub client: Option<(Vec<u8>, Secret)>,
+}
+
+/// The Redis URLs: `--redis`, else `LEADERD_REDIS_URL` or the file named by
+/// `LEADERD_REDIS_URL_FILE`, else `redis.urls` or the file named by
+/// `redis.url_file`. Warns about a password on the command line and about a
+/// secret file others can read.
+fn redis_urls(
+    r: &Resolver<'_>,
+    s: &Sources<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Value<Vec<RedisUrl>>>, ConfigError> {
+    let (urls, from_file) = (&options::REDIS, &options::REDIS_URL_FILE);
+    let parse = values::parse_redis_url;
+    let (file_env, file_key) = (
+        from_file.env.expect("declared"),
+        from_file.key.expect("declared"),
+    );
+    if let Some(given) = r.list_from(urls, [Layer::Flag], parse)? {
+        if given.value.iter().any(RedisUrl::has_password) {
+            warnings.push(format!(
+                "--redis: the URL's password is visible to every user of this host in `ps`; give the URL in {} or in a file named by {file_env} (or {file_key})",
+                urls.env.expect("declared")
+            ));
+        }
+        return Ok(Some(given));
+    }
+    if let Some(path) = r.env(file_env)? {
+        if let Some(env) = r.list_from(urls, [Layer::Env], parse)? {
+            return Err(ConfigError(format!(
+                "both {} and {file_env} are set; choose one",
+                env.origin
+            )));
+        }
+        let origin = Origin::Env(file_env);
+        return Ok(Some(read_urls(s, &PathBuf::from(path), origin, warnings)?));
+    }
+    if let Some(env) = r.list_from(urls, [Layer::Env], parse)? {
+        return Ok(Some(env));
+    }
+    let Some(at) = s.file.and_then(|f| f.scalar(from_file)) else {
+        return r.list_from(urls, [Layer::File], parse);
+    };
+    let origin = r.file_origin(from_file, &at);
+    if s.file.and_then(|f| f.list(urls)).is_some() {
+        return Err(ConfigError(format!(
+            "{origin}: both redis.urls and {file_key} are set; choose one"
+        )));
+    }
+    Ok(Some(read_urls(
+        s,
+        &PathBuf::from(&at.value.0),
+        origin,
+        warnings,
+    )?))
+}
+
+/// Redis URLs from a secret file: one per line (or comma-separated).
+fn read_urls(
+    s: &Sources<'_>,
+    path: &std::path::Path,
+    origin: Origin,
+    warnings: &mut Vec<String>,
+) -> Result<Value<Vec<RedisUrl>>, ConfigError> {
+    let shown = path.display();
+    let (text, mode) = (s.read_secret)(path)
+        .map_err(|e| ConfigError(format!("{origin}: cannot read {shown}: {e}")))?;
+    if mode & 0o077 != 0 {
+        warnings.push(format!(
+            "{origin}: {shown} is readable by group or others (mode {:04o}); `chmod 600` it (in Kubernetes, give the Secret volume defaultMode: 0400)",
+            mode & 0o7777
+        ));
+    }
+    let urls = text
+        .split(['\n', ','])
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            values::parse_redis_url(l)
+                .map_err(|msg| ConfigError(format!("{origin} ({shown}): {msg}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Value {
+        value: urls,
+        origin,
+    })
+}
+
+pub(super) fn backend(
+    r: &Resolver<'_>,
+    s: &Sources<'_>,
+    key: &str,
+    warnings: &mut Vec<String>,
+) -> Result<Value<BackendConfig>, ConfigError> {
+    let urls = redis_urls(r, s, warnings)?;
+    let lock_file = r.scalar(&options::LOCK_FILE, |p| {
+        if p.trim().is_empty() {
+            Err("is empty; give a file path".to_string())
+        } else {
+            Ok(PathBuf::from(p))
+        }
+    })?;
+    match (urls, lock_file) {
+        (Some(urls), Some(file)) => Err(ConfigError(format!(
+            "both a Redis backend ({}) and a lock file ({}) are configured; choose one",
+            urls.origin, file.origin
+        ))),
+        (Some(mut urls), None) => match urls.value.len() {
+            0 => Err(ConfigError(format!(
+                "{}: no Redis URL given; give one redis:// URL",
+                urls.origin
+            ))),
+            1 => Ok(Value {
+                value: BackendConfig::Redis {
+                    url: urls.value.remove(0),
+                    timeout: Duration::ZERO,
+                    tls: RedisTls::default(),
+                },
+                origin: urls.origin,
+            }),
+            n => Err(ConfigError(format!(
+                "{}: {n} Redis URLs given; Redlock over several servers is not supported yet, give exactly one",
+                urls.origin
+            ))),
+        },
+        (None, Some(file)) => Ok(Value {
+            value: BackendConfig::LockFile {
+                path: file.value,
+                implicit: false,
+            },
+            origin: file.origin,
+        }),
+        (None, None) => {
+            if (s.env)("KUBERNETES_SERVICE_HOST").is_some_and(|v| !v.is_empty()) {
+                return Err(ConfigError(
+                    "no backend configured, and inside Kubernetes the embedded lock file would coordinate only this pod; give --redis redis://HOST:6379 (or LEADERD_REDIS_URL)".into(),
+                ));
+            }
+            let dir = r
+                .env("XDG_RUNTIME_DIR")
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| "/tmp".into());
+            let path = PathBuf::from(dir).join(format!("leaderd-{}.lock", key.replace('/', "_")));
+            Ok(Value {
+                value: BackendConfig::LockFile {
+                    path,
+                    implicit: true,
+                },
+                origin: Origin::Default("no --redis: lock file on this host"),
+            })
+        }
+    }
+}
+
+/// `--redis-tls-ca`, `--redis-tls-cert` and `--redis-tls-key`: read now,
+/// for `rediss://` only, the certificate and key both or neither.
+pub(super) fn redis_tls(
+    r: &Resolver<'_>,
+    s: &Sources<'_>,
+    url: &RedisUrl,
+    warnings: &mut Vec<String>,
+    note: &mut impl FnMut(&'static str, String, &Origin),
+) -> Result<RedisTls, ConfigError> {
+    let path = |p: &str| {
+        if p.trim().is_empty() {
+            Err("is empty; give a file path".to_string())
+        } else {
+            Ok(PathBuf::from(p))
+        }
+    };
+    let ca = r.scalar(&options::REDIS_TLS_CA, path)?;
+    let cert = r.scalar(&options::REDIS_TLS_CERT, path)?;
+    let key = r.scalar(&options::REDIS_TLS_KEY, path)?;
+    let given = [&ca, &cert, &key].into_iter().flatten().next();
+    if let Some(first) = given
+        && !url.is_tls()
+    {
+        return Err(ConfigError(format!(
+            "{}: TLS files apply to rediss:// URLs, but the Redis URL is `{}`; use rediss://",
+            first.origin,
+            url.redacted()
+        )));
+    }
+    let read = |v: &Value<PathBuf>| {
+        (s.read_secret)(&v.value).map_err(|e| {
+            ConfigError(format!(
+                "{}: cannot read {}: {e}",
+                v.origin,
+                v.value.display()
+            ))
+        })
+    };
+    let mut tls = RedisTls::default();
+    if let Some(ca) = &ca {
+        note(
+            "redis.tls_ca",
+            format!("{:?}", ca.value.display().to_string()),
+            &ca.origin,
+        );
+        tls.ca = Some(read(ca)?.0.into_bytes());
+    }
+    match (&cert, &key) {
+        (Some(cert), Some(key)) => {
+            note(
+                "redis.tls_cert",
+                format!("{:?}", cert.value.display().to_string()),
+                &cert.origin,
+            );
+            note(
+                "redis.tls_key",
+                format!("{:?}", key.value.display().to_string()),
+                &key.origin,
+            );
+            let (key_pem, mode) = read(key)?;
+            if mode & 0o077 != 0 {
+                warnings.push(format!(
+                    "{}: the private key {} is readable by group or others (mode {:04o}); `chmod 600` it",
+                    key.origin,
+                    key.value.display(),
+                    mode & 0o7777
+                ));
+            }
+            tls.client = Some((read(cert)?.0.into_bytes(), Secret::new(key_pem)));
+        }
+        (None, None) => {}
+        (Some(one), None) | (None, Some(one)) => {
+            return Err(ConfigError(format!(
+                "{}: mutual TLS needs both --redis-tls-cert and --redis-tls-key (or their env vars or TOML keys); give both or neither",
+                one.origin
+            )));
+        }
+    }
+    Ok(tls)
+}
