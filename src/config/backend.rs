@@ -225,7 +225,7 @@ pub(super) fn redis_tls(
     let mut tls = RedisTls::default();
     if let Some(ca) = &ca {
         note(
-            "redis.tls_ca",
+            "redis.tls_ca_file",
             format!("{:?}", ca.value.display().to_string()),
             &ca.origin,
         );
@@ -234,12 +234,12 @@ pub(super) fn redis_tls(
     match (&cert, &key) {
         (Some(cert), Some(key)) => {
             note(
-                "redis.tls_cert",
+                "redis.tls_cert_file",
                 format!("{:?}", cert.value.display().to_string()),
                 &cert.origin,
             );
             note(
-                "redis.tls_key",
+                "redis.tls_key_file",
                 format!("{:?}", key.value.display().to_string()),
                 &key.origin,
             );

@@ -139,7 +139,7 @@ pub const REDIS_TLS_CA: Spec = spec(
     "redis_tls_ca",
     "--redis-tls-ca",
     "LEADERD_REDIS_TLS_CA",
-    "redis.tls_ca",
+    "redis.tls_ca_file",
 )
 .value("FILE")
 .under(BACKEND)
@@ -149,7 +149,7 @@ pub const REDIS_TLS_CERT: Spec = spec(
     "redis_tls_cert",
     "--redis-tls-cert",
     "LEADERD_REDIS_TLS_CERT",
-    "redis.tls_cert",
+    "redis.tls_cert_file",
 )
 .value("FILE")
 .under(BACKEND)
@@ -158,7 +158,7 @@ pub const REDIS_TLS_KEY: Spec = spec(
     "redis_tls_key",
     "--redis-tls-key",
     "LEADERD_REDIS_TLS_KEY",
-    "redis.tls_key",
+    "redis.tls_key_file",
 )
 .value("FILE")
 .under(BACKEND)

@@ -340,9 +340,9 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
     let uncommented = uncommented
         .replace("lock_file = \"/run/leaderd/jobs.lock\"", "")
         .replace("url_file = \"/run/secrets/leaderd-redis-url\"", "")
-        .replace("tls_ca = \"/etc/leaderd/redis-ca.pem\"", "")
-        .replace("tls_cert = \"/etc/leaderd/client.pem\"", "")
-        .replace("tls_key = \"/etc/leaderd/client.key\"", "");
+        .replace("tls_ca_file = \"/etc/leaderd/redis-ca.pem\"", "")
+        .replace("tls_cert_file = \"/etc/leaderd/client.pem\"", "")
+        .replace("tls_key_file = \"/etc/leaderd/client.key\"", "");
     let c = Case::new()
         .file(&uncommented)
         .build()

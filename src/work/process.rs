@@ -193,13 +193,9 @@ pub fn reap_all() -> Vec<(i32, i32)> {
 /// there after `limit`.
 pub fn kill_and_reap_all_children(limit: std::time::Duration) -> bool {
     let me = std::process::id() as i32;
-    let until = std::time::Instant::now() + limit;
+    let started = std::time::Instant::now();
+    let until = started + limit;
     loop {
-        for (pid, ppid, _) in processes(1) {
-            if ppid == me {
-                signal_process(pid, libc::SIGKILL);
-            }
-        }
         reap_all();
         // SAFETY: plain syscall; WNOHANG with a null status pointer.
         let left = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
@@ -209,7 +205,20 @@ pub fn kill_and_reap_all_children(limit: std::time::Duration) -> bool {
         if std::time::Instant::now() >= until {
             return false;
         }
-        std::thread::sleep(std::time::Duration::from_millis(2));
+        // What we SIGKILLed ourselves dies within microseconds: wait for it
+        // a moment before reading /proc, so the usual exit costs no scan
+        // while the next leader is starting its work. Whatever is left then
+        // (an orphan adopted as subreaper) is found there and killed.
+        if started.elapsed() < std::time::Duration::from_millis(20) {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            continue;
+        }
+        for (pid, ppid, _) in processes(1) {
+            if ppid == me {
+                signal_process(pid, libc::SIGKILL);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
