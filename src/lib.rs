@@ -2,16 +2,19 @@
 //! winner is the leader, runs the work and says so on `GET /leader`.
 //!
 //! The map, from the outside in:
-//! - [`cli`] (raw flags) → [`config`] (flags ⊕ env ⊕ TOML, validated once) →
-//!   [`app`] (the `run`, `status` and `check` commands and their exit codes).
+//! - [`cli`] (raw flags) → [`config`] (flags ⊕ env ⊕ TOML, validated once;
+//!   every option declared once in [`config::options`]) → [`app`] (the
+//!   `run`, `status` and `check` commands and their exit codes).
 //! - [`machine`]: the pure state machine, `step(state, event, now)`, with the
 //!   lease rules of [`timing`]. No I/O.
 //! - [`runner`]: the one async loop that feeds the machine events and performs
-//!   its actions against [`lease`] (Redis or lock file) and [`work`].
+//!   its actions against [`lease`] (the [`lease::LeaseBackend`] trait: Redis,
+//!   lock file) and [`work`] (the child behind its guard, webhooks).
 //! - [`status`]: the snapshot the runner publishes; [`http`] serves it, with
 //!   [`metrics`].
 //! - [`reference`]: completions and man pages from the clap definitions.
-//! - [`shutdown`]: signals → one cancellation token; [`telemetry`]: logs.
+//! - [`shutdown`]: signals (caught before `main`) → one cancellation token;
+//!   [`telemetry`]: logs through a queue that never blocks the loop.
 
 pub mod app;
 pub mod cli;
