@@ -1,7 +1,7 @@
 //! Logging (PRODUCT §8): `text` for terminals, `json` (one object per line)
 //! for pipelines, both on stderr so the child's stdout stays its own.
 //!
-//! Lines go through [`writer`]: a bounded queue drained by a thread of its
+//! Lines go through `writer`: a bounded queue drained by a thread of its
 //! own, so a stalled or closed stderr never blocks or kills the control loop.
 
 mod writer;

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 pub const ARG: &str = "__guard";
 
 /// One message: the kill-by instant in ns of `CLOCK_MONOTONIC`, big-endian;
-/// [`NO_DEADLINE`] disarms the switch. Below `PIPE_BUF`, so a write is atomic.
+/// `u64::MAX` disarms the switch. Below `PIPE_BUF`, so a write is atomic.
 pub const MESSAGE_LEN: usize = 8;
 const NO_DEADLINE: u64 = u64::MAX;
 
