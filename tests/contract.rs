@@ -100,7 +100,7 @@ fn sigterm_hands_over_at_once_and_the_next_child_starts_after_the_last_stopped()
     for_each_backend(|scene| {
         let name = scene.name();
         let key = support::key("contract-term");
-        let dir = support::temp_dir(&format!("contract-term-{}", support::os::below(1 << 30)));
+        let dir = support::Scratch::new(&format!("contract-term-{}", support::os::below(1 << 30)));
         let logs: Vec<_> = ["a", "b", "c"].iter().map(|id| dir.join(id)).collect();
         // A long TTL: a handover by expiry would take 20 s.
         let mut nodes: Vec<Leaderd> = ["a", "b", "c"]
@@ -207,8 +207,8 @@ fn a_lease_taken_away_is_noticed_at_the_next_renewal() {
     for_each_backend(|scene| {
         let name = scene.name();
         let key = support::key("contract-steal");
-        let log =
-            support::temp_dir(&format!("contract-steal-{}", support::os::below(1 << 30))).join("a");
+        let dir = support::Scratch::new(&format!("contract-steal-{}", support::os::below(1 << 30)));
+        let log = dir.join("a");
         let node = candidate(scene, &key, "a", TTL, Some(&log));
         node.wait_leading(PATIENCE);
         let token = node.leader().unwrap().1["fencing_token"].as_u64();

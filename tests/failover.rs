@@ -70,7 +70,7 @@ fn leader_and_standby_follow_an_address_that_moves_to_a_new_primary() {
 
 #[test]
 fn a_redis_cluster_node_is_named_as_such() {
-    let dir = support::temp_dir("cluster");
+    let dir = support::Scratch::new("cluster");
     let node = |name: &str| {
         let conf = dir.join(name);
         Redis::start_with(&[

@@ -76,7 +76,7 @@ fn wait_exit(child: &mut Child, limit: Duration) -> i32 {
 fn stalled_stderr(level: &str) {
     let redis = Redis::start();
     let key = support::key(&format!("stalled-{level}"));
-    let dir = support::temp_dir(&format!("stalled-{level}"));
+    let dir = support::Scratch::new(&format!("stalled-{level}"));
     let (read, write) = os::full_pipe();
     let a_port = support::free_port();
     let a_log = probe_log(&dir, "a");
@@ -143,7 +143,7 @@ fn a_stalled_stderr_never_stops_renewals_at_debug() {
 #[test]
 fn a_closed_stderr_is_survived_before_start_and_mid_run() {
     let redis = Redis::start();
-    let dir = support::temp_dir("closed-stderr");
+    let dir = support::Scratch::new("closed-stderr");
     for closed_before_start in [true, false] {
         let key = support::key(&format!("closed-{closed_before_start}"));
         let (read, write): (OwnedFd, OwnedFd) = {
@@ -185,7 +185,7 @@ fn a_closed_stderr_is_survived_before_start_and_mid_run() {
 fn a_frozen_leaderd_has_its_child_killed_by_the_guard_before_its_lease_ends() {
     let redis = Redis::start();
     let key = support::key("frozen");
-    let dir = support::temp_dir("frozen");
+    let dir = support::Scratch::new("frozen");
     let (a_log, b_log) = (probe_log(&dir, "a"), probe_log(&dir, "b"));
     let a_port = support::free_port();
     let mut a = spawn_with_stderr(&redis, &key, "a", a_port, &[], &a_log, Stdio::null());
@@ -232,7 +232,7 @@ fn a_frozen_leaderd_has_its_child_killed_by_the_guard_before_its_lease_ends() {
 fn exhausted_file_descriptors_make_the_http_api_back_off_not_spin() {
     let redis = Redis::start();
     let key = support::key("emfile");
-    let dir = support::temp_dir("emfile");
+    let dir = support::Scratch::new("emfile");
     let port = support::free_port();
     let url = redis.url();
     let http = format!("127.0.0.1:{port}");

@@ -52,7 +52,7 @@ fn the_url_can_come_from_a_file_and_a_loose_file_or_a_command_line_password_is_w
     let redis = Redis::start();
     redis.cmd(&["CONFIG", "SET", "requirepass", "file-S3CRET"]);
     let url = format!("redis://:file-S3CRET@127.0.0.1:{}", redis.port);
-    let dir = support::temp_dir("secret-file");
+    let dir = support::Scratch::new("secret-file");
     let file = dir.join("url");
     std::fs::write(&file, format!("{url}\n")).unwrap();
     for (mode, warned) in [(0o600, false), (0o644, true)] {

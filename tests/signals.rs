@@ -40,7 +40,7 @@ fn started_pids(log: &Path) -> Vec<i32> {
 #[test]
 fn sigterm_in_the_first_50ms_never_starts_a_child_after_it() {
     let redis = Redis::start();
-    let dir = support::temp_dir("early-term");
+    let dir = support::Scratch::new("early-term");
     for run in 0..40 {
         let key = support::key("early-term");
         let log = dir.join(format!("{run}.probe"));
@@ -70,7 +70,7 @@ fn sigterm_in_the_first_50ms_never_starts_a_child_after_it() {
 #[test]
 fn sigterm_to_a_standby_woken_by_a_release_never_starts_its_child() {
     let redis = Redis::start();
-    let dir = support::temp_dir("woken-term");
+    let dir = support::Scratch::new("woken-term");
     for run in 0..40 {
         let key = support::key(&format!("woken-term-{run}"));
         let logs: Vec<_> = ["a", "b", "c"]
@@ -105,7 +105,7 @@ fn sigterm_to_a_standby_woken_by_a_release_never_starts_its_child() {
 #[test]
 fn sigterm_while_redis_is_frozen_exits_in_time_and_leaves_nothing_behind() {
     let redis = Redis::start();
-    let dir = support::temp_dir("frozen-redis-term");
+    let dir = support::Scratch::new("frozen-redis-term");
     let mut slowest = Duration::ZERO;
     for run in 0..10 {
         let key = support::key(&format!("frozen-redis-{run}"));
@@ -180,7 +180,7 @@ fn as_pid_1_of_a_pid_namespace_sigterm_stops_releases_and_empties_it() {
         Err(why) => panic!("cannot create a PID namespace in CI: {why}"),
     };
     let redis = Redis::start();
-    let dir = support::temp_dir("pid1");
+    let dir = support::Scratch::new("pid1");
     for run in 0..10 {
         let key = support::key(&format!("pid1-{run}"));
         let log = dir.join(format!("{run}.probe"));

@@ -479,6 +479,29 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// A [`temp_dir`] removed when dropped: what a test writes there (probe
+/// logs, lock files, secret files) does not outlive it.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        Scratch(temp_dir(name))
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 temp path")
 }
