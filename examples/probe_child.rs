@@ -4,8 +4,10 @@
 //! probe_child LOG [--ignore-term] [--term-delay MS] [--grandchildren N]
 //!                 [--exit-after MS CODE|signal:N]
 //!
-//! Lines: `start PID NS TOKEN REDIS_URL_PRESENT`, `grandchild PID`,
-//! `term PID NS`, `usr1 PID NS`, `stop PID NS`.
+//! Lines: `inherited PID SIGIGN FDS` (its ignored-signal mask in hex and
+//! its open descriptors, as it found them at birth), `start PID NS TOKEN
+//! REDIS_URL_PRESENT`, `grandchild PID`, `term PID NS`, `usr1 PID NS`,
+//! `stop PID NS`.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -32,6 +34,31 @@ fn record(log: &str, line: &str) {
         .expect("write probe log");
 }
 
+/// `SIGIGN FD,FD,...`: the ignored-signal mask from /proc and the open
+/// descriptors, without the one reading the directory opens.
+fn inherited() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let ignored = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .unwrap_or("?")
+        .trim()
+        .to_string();
+    let mut fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let target = std::fs::read_link(e.path()).ok()?;
+            // The directory being read is an fd of its own.
+            (!target.starts_with("/proc")).then_some(())?;
+            e.file_name().to_str()?.parse().ok()
+        })
+        .collect();
+    fds.sort();
+    let fds: Vec<String> = fds.iter().map(i32::to_string).collect();
+    format!("{ignored} {}", fds.join(","))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let log = args
@@ -41,6 +68,8 @@ fn main() {
     let flag = |name: &str| args.iter().position(|a| a == name);
     let value = |name: &str, n: usize| flag(name).map(|i| args[i + n].clone());
     let pid = std::process::id();
+    // Before any handler is installed: what the parent passed on.
+    record(&log, &format!("inherited {pid} {}", inherited()));
     let term = Arc::new(AtomicBool::new(false));
     let usr1 = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(libc::SIGTERM, term.clone()).expect("SIGTERM handler");

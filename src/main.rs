@@ -23,7 +23,11 @@ fn main() -> ExitCode {
     {
         leaderd::work::guard::main();
     }
-    // First of all, so that a signal at any point of start-up is honoured.
+    // What leaderd's parent left behind is not passed on: open descriptors
+    // (close-on-exec from now on) and ignored signals.
+    leaderd::work::process::cloexec_inherited_fds();
+    leaderd::work::process::reset_ignored_signals();
+    // Then, so that a signal at any point of start-up is honoured.
     let caught = match shutdown::catch() {
         Ok(caught) => caught,
         Err(e) => {

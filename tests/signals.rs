@@ -227,3 +227,72 @@ fn as_pid_1_of_a_pid_namespace_sigterm_stops_releases_and_empties_it() {
         );
     }
 }
+
+/// Issue #12 (signals): what leaderd's parent left behind does not reach
+/// leaderd or its child. Started with SIGTERM blocked *and* ignored, SIGQUIT
+/// ignored and fd 7 open, leaderd still stops on SIGTERM, and its child gets
+/// only fds 0–2 and no ignored signal.
+#[test]
+fn an_inherited_signal_mask_ignored_sigterm_and_open_fds_are_not_passed_on() {
+    use std::os::unix::process::CommandExt;
+    let dir = support::Scratch::new("inherited");
+    let (lock, log) = (dir.join("l.lock"), dir.join("probe"));
+    let stray = std::fs::File::create(dir.join("stray")).unwrap();
+    let stray_fd = std::os::fd::AsRawFd::as_raw_fd(&stray);
+    let http = format!("127.0.0.1:{}", support::free_port());
+    let probe = probe_child();
+    let mut cmd = support::command(&[
+        "run",
+        "--id",
+        "inh",
+        "--http",
+        &http,
+        "--lock-file",
+        support::path_str(&lock),
+        "--",
+        &probe,
+        support::path_str(&log),
+    ]);
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    // SAFETY: async-signal-safe calls only, in the child before exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::dup2(stray_fd, 7); // the copy has no close-on-exec
+            libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            // One leaderd has no handler for: only the reset clears it.
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let mut leaderd = cmd.spawn().expect("spawn leaderd");
+    let inherited = eventually(PATIENCE, "the child's first line", || {
+        probe_events(&log)
+            .into_iter()
+            .find(|e| e.kind == "inherited")
+    });
+    // `inherited PID SIGIGN FDS`, read as text (the mask is hex).
+    let line = std::fs::read_to_string(&log).unwrap();
+    let first = line.lines().next().unwrap().to_string();
+    let fields: Vec<&str> = first.split_whitespace().collect();
+    // Signals 1–31 only: the probe's own Rust runtime ignores SIGPIPE, and
+    // glibc's posix_spawn sets its internal signals 32 and 33 to ignored in
+    // every child it spawns; neither comes from leaderd's parent.
+    let mask = u64::from_str_radix(fields[2], 16).expect("hex mask");
+    let from_parent = mask & 0x7fff_ffff & !(1 << (libc::SIGPIPE - 1));
+    assert_eq!(from_parent, 0, "ignored signals passed on: {first}");
+    assert_eq!(
+        fields[3], "0,1,2",
+        "descriptors passed on: {first} ({inherited:?})"
+    );
+    os::kill(leaderd.id(), libc::SIGTERM);
+    let status = eventually(PATIENCE, "leaderd to exit", || leaderd.try_wait().unwrap());
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "SIGTERM, blocked and ignored at birth, still works"
+    );
+}

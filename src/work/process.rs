@@ -164,6 +164,61 @@ pub fn signal_process(pid: i32, signal: i32) {
     }
 }
 
+/// Marks every descriptor above 2 close-on-exec, so the child (and the
+/// guard) get only stdin, stdout and stderr, whatever leaderd's own parent
+/// left open. leaderd itself keeps them. Called first thing in `main`.
+pub fn cloexec_inherited_fds() {
+    // SAFETY: plain syscall on our own descriptor table (Linux ≥ 5.11).
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    } == 0;
+    if done {
+        return;
+    }
+    // Older kernels: one by one, from /proc (collected first: reading the
+    // directory opens a descriptor of its own).
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: fcntl on a descriptor number; a closed one just fails.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+}
+
+/// Gives back the default action to every signal leaderd's parent set to
+/// be ignored (`nohup`, some init systems), so neither leaderd nor its
+/// child inherits a deaf ear: an ignored disposition survives `exec`.
+/// SIGPIPE stays ignored in leaderd (Rust's runtime wants EPIPE) and is
+/// reset for the child by the standard library.
+pub fn reset_ignored_signals() {
+    for signal in 1..32 {
+        if matches!(signal, libc::SIGKILL | libc::SIGSTOP | libc::SIGPIPE) {
+            continue;
+        }
+        // SAFETY: sigaction with a null new action only reads the current
+        // one into a zeroed struct; called before any other thread exists.
+        unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut current) == 0
+                && current.sa_sigaction == libc::SIG_IGN
+            {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+        }
+    }
+}
+
 /// Makes leaderd the reaper of its orphaned descendants, so a grandchild
 /// whose parent died is reaped (and can be found and killed) by us.
 pub fn become_subreaper() {
