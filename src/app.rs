@@ -127,12 +127,10 @@ fn webhooks(config: &Config, metrics: &Arc<Metrics>) -> Result<Option<Webhooks>,
         (None, Some(path)) => {
             let (text, mode) = crate::config::read_secret_file(path)
                 .map_err(|e| ConfigError(format!("webhook secret file {}: {e}", path.display())))?;
-            if mode & 0o077 != 0 {
-                tracing::warn!(
-                    "webhook secret file {} is readable by group or others (mode {:04o}); `chmod 600` it",
-                    path.display(),
-                    mode & 0o7777
-                );
+            if let Some(warning) =
+                crate::config::loose_secret_file(&"webhook secret file", path, mode)
+            {
+                tracing::warn!("{warning}");
             }
             Some(
                 decode_secret(&text).map_err(|e| {

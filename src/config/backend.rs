@@ -96,12 +96,7 @@ fn read_urls(
     let shown = path.display();
     let (text, mode) = (s.read_secret)(path)
         .map_err(|e| ConfigError(format!("{origin}: cannot read {shown}: {e}")))?;
-    if mode & 0o077 != 0 {
-        warnings.push(format!(
-            "{origin}: {shown} is readable by group or others (mode {:04o}); `chmod 600` it (in Kubernetes, give the Secret volume defaultMode: 0400)",
-            mode & 0o7777
-        ));
-    }
+    warnings.extend(super::loose_secret_file(&origin, path, mode));
     let urls = text
         .split(['\n', ','])
         .map(str::trim)
@@ -244,14 +239,7 @@ pub(super) fn redis_tls(
                 &key.origin,
             );
             let (key_pem, mode) = read(key)?;
-            if mode & 0o077 != 0 {
-                warnings.push(format!(
-                    "{}: the private key {} is readable by group or others (mode {:04o}); `chmod 600` it",
-                    key.origin,
-                    key.value.display(),
-                    mode & 0o7777
-                ));
-            }
+            warnings.extend(super::loose_secret_file(&key.origin, &key.value, mode));
             tls.client = Some((read(cert)?.0.into_bytes(), Secret::new(key_pem)));
         }
         (None, None) => {}

@@ -92,6 +92,23 @@ pub struct Sources<'a> {
     pub read_secret: &'a dyn Fn(&std::path::Path) -> std::io::Result<(String, u32)>,
 }
 
+/// The warning for a secret file that group or others can read (as OpenSSH
+/// warns about keys), naming where the file was configured; `None` when
+/// its mode is tight.
+pub fn loose_secret_file(
+    origin: &dyn std::fmt::Display,
+    path: &std::path::Path,
+    mode: u32,
+) -> Option<String> {
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "{origin}: {} is readable by group or others (mode {:04o}); `chmod 600` it (in Kubernetes, give the Secret volume defaultMode: 0400)",
+            path.display(),
+            mode & 0o7777
+        )
+    })
+}
+
 /// The process's own secret-file reader for [`Sources::read_secret`].
 pub fn read_secret_file(path: &std::path::Path) -> std::io::Result<(String, u32)> {
     use std::os::unix::fs::PermissionsExt;

@@ -213,18 +213,18 @@ impl Supervisor {
     }
 
     fn spawn(&mut self, fencing_token: u64) {
-        if self.shutdown.is_cancelled() {
-            tracing::info!(fencing_token, "not starting the child: shutdown requested");
-            self.phase = Phase::Idle;
-            return;
-        }
-        if self.deadline.is_some_and(|d| d <= Instant::now()) {
-            // Past the lease's kill-by instant (a restart after leaderd was
-            // frozen, say): the machine is about to step down; never start.
-            tracing::warn!(
-                fencing_token,
-                "not starting the child: the lease's kill-by instant has passed"
-            );
+        // After a shutdown request, or past the lease's kill-by instant (a
+        // restart after leaderd was frozen, say), the machine is about to
+        // stop the work: never start it. It finds the phase idle.
+        let refused = if self.shutdown.is_cancelled() {
+            Some("shutdown requested")
+        } else if self.deadline_missed() {
+            Some("the lease's kill-by instant has passed")
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            tracing::info!(fencing_token, "not starting the child: {why}");
             self.phase = Phase::Idle;
             return;
         }
