@@ -43,15 +43,47 @@ fn backend(config: &Config) -> Result<Box<dyn LeaseBackend>, Failure> {
     lease::open(config).map_err(|e| Failure::Config(ConfigError(e.to_string())))
 }
 
+/// What `run` builds before it campaigns. `check` builds the same and drops
+/// it, so every start-up error `run` can meet, `check` meets first.
+struct Prepared {
+    child: Option<ChildSpec>,
+    webhooks: Option<Webhooks>,
+    backend: Box<dyn LeaseBackend>,
+    listener: Option<tokio::net::TcpListener>,
+}
+
+async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Failure> {
+    let child = child_spec(config)?;
+    let webhooks = webhooks(config, metrics)?;
+    let backend = backend(config)?;
+    let listener = match config.http {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            ConfigError(format!(
+                "http.listen: cannot listen on {addr}: {e}; choose another address with --http (or `off`), or stop what is using it (to check beside a running leaderd, add --http off)"
+            ))
+        })?),
+        None => None,
+    };
+    Ok(Prepared {
+        child,
+        webhooks,
+        backend,
+        listener,
+    })
+}
+
 /// `leaderd run`: campaign until SIGTERM/SIGINT, then release and return.
 pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, Failure> {
     let shutdown = caught
         .into_token()
         .map_err(|e| Failure::Fatal(format!("cannot install signal handlers: {e}")))?;
     let metrics = Arc::new(Metrics::new(&config.key));
-    let child = child_spec(&config)?;
-    let webhooks = webhooks(&config, &metrics)?;
-    let backend = backend(&config)?;
+    let Prepared {
+        child,
+        webhooks,
+        backend,
+        listener,
+    } = prepare(&config, &metrics).await?;
     for note in config.warnings.iter().chain(&backend.notes()) {
         tracing::warn!("{note}");
     }
@@ -59,14 +91,11 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
     // Enough for a burst of transitions; a subscriber that lags skips ahead.
     let (changes, _) = broadcast::channel(64);
     let http_stop = CancellationToken::new();
-    let server = match config.http {
-        Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-                ConfigError(format!(
-                    "http.listen: cannot listen on {addr}: {e}; choose another address with --http (or `off`), or stop what is using it"
-                ))
-            })?;
-            let bound = listener.local_addr().map_or(addr, |a| a);
+    let server = match listener {
+        Some(listener) => {
+            let bound = listener
+                .local_addr()
+                .map_or_else(|_| "?".to_string(), |a| a.to_string());
             tracing::info!(address = %bound, "HTTP API listening");
             let app = http::router(http::HttpContext {
                 id: config.id.clone(),
@@ -255,10 +284,18 @@ fn describe_config(config: &Config, backend: &dyn LeaseBackend) {
     }
 }
 
-/// `leaderd check`: the effective configuration, then a look at the backend
-/// and the backend's own check of what `run` will do.
+/// `leaderd check`: `run` without the election. The same preparation (the
+/// child's program, the webhook secret, the backend, the HTTP address bound
+/// and let go), the effective configuration, then a look at the backend and
+/// the backend's own check of what `run` will do.
 pub async fn check(config: Config) -> Result<ExitCode, Failure> {
-    let mut backend = backend(&config)?;
+    let metrics = Arc::new(Metrics::new(&config.key));
+    let Prepared {
+        mut backend,
+        listener,
+        ..
+    } = prepare(&config, &metrics).await?;
+    drop(listener);
     describe_config(&config, backend.as_ref());
     let peek = backend.peek().await.map_err(Failure::Backend)?;
     println!(

@@ -325,3 +325,63 @@ fn completions_and_manual_pages_come_from_the_command_line_definition() {
         "{err}"
     );
 }
+
+#[test]
+fn check_meets_every_start_up_error_that_run_meets() {
+    let dir = support::Scratch::new("preflight");
+    let lock = dir.join("lease.lock");
+    let not_executable = dir.join("worker.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = busy.local_addr().unwrap().to_string();
+    let missing = dir.join("missing");
+    let base = ["--lock-file", support::path_str(&lock)];
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("no such child", vec!["--", "no-such-worker-leaderd"]),
+        (
+            "child not executable",
+            vec!["--", support::path_str(&not_executable)],
+        ),
+        ("HTTP address in use", vec!["--http", &busy, "--", "true"]),
+        ("unknown log level", vec!["--log-level", "verbose"]),
+        (
+            "unreadable webhook secret",
+            vec![
+                "--webhook",
+                "http://127.0.0.1:9/hook",
+                "--webhook-secret-file",
+                support::path_str(&missing),
+            ],
+        ),
+        (
+            "unreadable TLS CA",
+            vec![
+                "--redis",
+                "rediss://127.0.0.1:9",
+                "--redis-tls-ca",
+                support::path_str(&missing),
+            ],
+        ),
+    ];
+    for (what, extra) in cases {
+        let mut args: Vec<&str> = Vec::new();
+        if !extra.contains(&"--redis") {
+            args.extend(base);
+        }
+        if !extra.contains(&"--http") {
+            args.extend(["--http", "off"]);
+        }
+        args.extend(extra);
+        let outcome = |command: &str| {
+            let mut line = vec![command];
+            line.extend(&args);
+            let (code, _, err) = run_to_end(&line);
+            let last = err.lines().last().unwrap_or_default().to_string();
+            (code, last)
+        };
+        let (run, check) = (outcome("run"), outcome("check"));
+        assert_eq!(run.0, 2, "{what}: run exits 2: {}", run.1);
+        assert!(run.1.starts_with("leaderd: "), "{what}: {}", run.1);
+        assert_eq!(check, run, "{what}: check and run disagree");
+    }
+}

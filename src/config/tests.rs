@@ -312,6 +312,26 @@ fn other_values_name_their_source() {
 }
 
 #[test]
+fn log_levels_and_filters_are_checked_word_by_word() {
+    for good in [
+        "info",
+        "DEBUG",
+        " warn ",
+        "info,leaderd=debug",
+        "leaderd=trace",
+        "off",
+    ] {
+        let config = Case::new().env("RUST_LOG", good).build();
+        assert!(config.is_ok(), "{good}: {config:?}");
+    }
+    for bad in ["verbose", "info,verbose", "leaderd=loud", "", "leaderd"] {
+        let err = Case::new().args(|a| a.set(&options::LOG_LEVEL, bad)).err();
+        assert!(err.starts_with("--log-level:"), "{bad}: {err}");
+        assert!(err.contains("debug or trace"), "{bad}: {err}");
+    }
+}
+
+#[test]
 fn webhook_secret_never_prints() {
     let c = Case::new()
         .env("LEADERD_WEBHOOK_SECRET", "whsec-hunter2")

@@ -253,14 +253,30 @@ pub fn parse_log_format(text: &str) -> Result<LogFormat, String> {
     }
 }
 
+/// A level (`info`) or a tracing filter (`info,leaderd=debug`). A bare word
+/// that is not a level is refused: tracing would read `verbose` as "only the
+/// target named verbose", which silently turns every line off.
 pub fn parse_log_level(text: &str) -> Result<String, String> {
-    tracing_subscriber::EnvFilter::try_new(text.trim())
-        .map(|_| text.trim().to_string())
-        .map_err(|e| {
-            format!(
-                "`{text}` is not a log level or filter ({e}); use error, warn, info, debug or trace"
-            )
-        })
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    let hint = "use error, warn, info, debug or trace, or a filter such as info,leaderd=debug";
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err(format!("the log level is empty; {hint}"));
+    }
+    for directive in trimmed.split(',').map(str::trim) {
+        let level = match directive.rsplit_once('=') {
+            Some((_, level)) => level,
+            None => directive,
+        };
+        if !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "`{directive}` in `{trimmed}` is not a log level; {hint}"
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(trimmed)
+        .map(|_| trimmed.to_string())
+        .map_err(|e| format!("`{trimmed}` is not a log filter ({e}); {hint}"))
 }
 
 /// `off` disables the HTTP server; otherwise an IP address and port.

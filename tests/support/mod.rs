@@ -426,12 +426,15 @@ pub fn spawn_example(
 }
 
 /// `leaderd ARGS...` with the environment cleared of anything that would
-/// change its configuration.
+/// change its configuration. The HTTP API is off unless a test asks for it
+/// (`--http` wins over the env): `check` binds the address as `run` would,
+/// and tests run in parallel.
 pub fn command(args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.args(args)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LEADERD_HTTP", "off")
         .stdin(Stdio::null());
     cmd
 }
