@@ -5,7 +5,7 @@
 
 use crate::config::Config;
 use crate::lease::{self, Acquire, Holder, LeaseBackend, Renew};
-use crate::machine::{Action, Event, Machine, State, StateName};
+use crate::machine::{Action, Event, Machine, Reason, State, StateName};
 use crate::metrics::Metrics;
 use crate::status::{Change, HeldLease, Observed, Snapshot};
 use crate::work::{Work, WorkEvent};
@@ -81,6 +81,13 @@ pub async fn run(
     let mut shutdown_seen = shutdown.is_cancelled();
     let mut exit_code = None;
     let mut work_deadline = None;
+    // The holder a standby last named at INFO: a standby says once who
+    // leads, not at every re-check.
+    let mut announced: Option<Option<String>> = None;
+    // Whether we led since the last release: a standby's release on the way
+    // out (owner-checked, in case an unanswered acquire did land) is not
+    // news, whatever its outcome.
+    let mut held = false;
     status.send_modify(|s| {
         s.ready = true;
         s.shutting_down = shutdown_seen;
@@ -96,10 +103,25 @@ pub async fn run(
             let tr = machine.step(&state, event, Instant::now());
             let from = state.name();
             if tr.next.name() != from {
-                log_transition(&ident, &state, &tr.next, tr.reason.as_str());
+                let mut quiet = tr.reason.routine();
+                if tr.reason == Reason::HeldByOther {
+                    let holder = status.borrow().observed.as_ref().and_then(|o| o.id.clone());
+                    quiet = announced.as_ref() == Some(&holder);
+                    announced = Some(holder);
+                } else if tr.next.leading().is_some() {
+                    announced = None;
+                }
+                let holder = announced.clone().flatten();
+                let line = Line {
+                    reason: tr.reason.as_str(),
+                    holder: holder.as_deref(),
+                    quiet,
+                };
+                log_transition(&ident, &state, &tr.next, line);
                 metrics.transition(from, tr.next.name());
             }
             state = tr.next;
+            held |= state.leading().is_some();
             // Before the actions, so a child starts with its guard armed.
             let deadline = machine.work_deadline(&state);
             if deadline != work_deadline {
@@ -136,7 +158,14 @@ pub async fn run(
                 status.send_modify(|s| s.shutting_down = true);
                 Some(Event::ShutdownRequested)
             }
-            Some(report) = reports.recv() => Some(absorb(report, &status, &mut errors, config.timing.ttl)),
+            Some(report) = reports.recv() => {
+                let released = matches!(report, Report::Release(_));
+                let event = absorb(report, &status, &mut errors, config.timing.ttl, held);
+                if released {
+                    held = false;
+                }
+                Some(event)
+            }
             Some(event) = work_events.recv() => Some(match event {
                 WorkEvent::Stopped => Event::WorkStopped,
                 WorkEvent::Exited { exit, code } => {
@@ -240,6 +269,7 @@ fn absorb(
     status: &watch::Sender<Snapshot>,
     errors: &mut ErrorLog,
     ttl: Duration,
+    held: bool,
 ) -> Event {
     let now = Instant::now();
     let observe = |holder: Option<Holder>, expires_in: Option<Duration>| {
@@ -277,6 +307,12 @@ fn absorb(
         }
         Report::Renew(Ok(Renew::Renewed { sent_at })) => {
             errors.recovered();
+            // Routine renewals are DEBUG; one that ate a tenth of the TTL is
+            // worth seeing before it becomes a failed one.
+            let took = now.saturating_duration_since(sent_at);
+            if took > ttl / 10 {
+                tracing::warn!(took = ?took, ttl = ?ttl, "slow renewal: the backend took over a tenth of the TTL to answer");
+            }
             Event::Renewed { sent_at }
         }
         Report::Renew(Ok(Renew::Lost { holder })) => {
@@ -294,10 +330,14 @@ fn absorb(
         Report::Release(result) => {
             match result {
                 Ok(true) => tracing::info!("lease released"),
-                Ok(false) => tracing::info!("nothing to release: the lease was no longer ours"),
-                Err(e) => {
+                Ok(false) if held => {
+                    tracing::info!("nothing to release: the lease was no longer ours")
+                }
+                Err(e) if held => {
                     tracing::warn!(error = %e, "release failed; the lease will expire by its TTL")
                 }
+                Ok(false) => tracing::debug!("nothing to release: we did not hold the lease"),
+                Err(e) => tracing::debug!(error = %e, "release check failed; we did not lead"),
             }
             Event::Released
         }
@@ -330,16 +370,49 @@ fn fencing_of(state: &State) -> Option<u64> {
     }
 }
 
-/// One log event per transition: from, to, reason, id, key, fencing token.
-fn log_transition(ident: &Ident<'_>, from: &State, to: &State, reason: &str) {
-    let fencing = fencing_of(to).or_else(|| fencing_of(from));
+/// How a transition is logged.
+struct Line<'a> {
+    reason: &'static str,
+    /// The other holder a standby names, when it knows one.
+    holder: Option<&'a str>,
+    /// DEBUG rather than INFO (see [`Reason::routine`]).
+    quiet: bool,
+}
+
+/// One log event per transition: from, to, reason, id, key, fencing token
+/// (and the holder a standby saw).
+fn log_transition(ident: &Ident<'_>, from: &State, to: &State, line: Line<'_>) {
+    let fencing_token = fencing_of(to).or_else(|| fencing_of(from));
     let (id, key) = (ident.id, ident.key);
     let (from, to) = (from.name().as_str(), to.name().as_str());
-    match fencing {
-        Some(fencing_token) => {
-            tracing::info!(from, to, reason, id, key, fencing_token, "transition")
-        }
-        None => tracing::info!(from, to, reason, id, key, "transition"),
+    let Line {
+        reason,
+        holder,
+        quiet,
+    } = line;
+    // `tracing` fixes an event's level at the call site.
+    if quiet {
+        tracing::debug!(
+            from,
+            to,
+            reason,
+            id,
+            key,
+            fencing_token,
+            holder,
+            "transition"
+        );
+    } else {
+        tracing::info!(
+            from,
+            to,
+            reason,
+            id,
+            key,
+            fencing_token,
+            holder,
+            "transition"
+        );
     }
 }
 

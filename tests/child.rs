@@ -38,14 +38,29 @@ fn child_runs_only_on_the_leader_once_per_term_across_renewals() {
         &redis,
         "once",
         "a",
-        &["--ttl", "1s", "--redis-timeout", "200ms"],
+        // DEBUG: the renewals counted below are routine transitions.
+        &[
+            "--ttl",
+            "1s",
+            "--redis-timeout",
+            "200ms",
+            "--log-level",
+            "debug",
+        ],
         &child,
     );
     let b = with_child(
         &redis,
         "once",
         "b",
-        &["--ttl", "1s", "--redis-timeout", "200ms"],
+        &[
+            "--ttl",
+            "1s",
+            "--redis-timeout",
+            "200ms",
+            "--log-level",
+            "debug",
+        ],
         &child,
     );
     let leader = eventually(Duration::from_secs(5), "a leader", || {

@@ -97,6 +97,8 @@ fn a_wrong_password_is_logged_loudly_and_retried_slowly() {
             "200ms",
             "--retry-interval",
             "100ms",
+            "--log-level",
+            "debug",
         ],
     );
     node.wait_log(Duration::from_secs(5), "fix the configuration");

@@ -76,6 +76,9 @@ fn sigterm_hands_over_long_before_the_ttl() {
         "200ms",
         "--retry-interval",
         "300ms",
+        // The wake-up below is a routine transition.
+        "--log-level",
+        "debug",
     ];
     let mut nodes: Vec<Leaderd> = ["a", "b", "c"]
         .iter()
@@ -156,7 +159,13 @@ fn sigkill_takeover_waits_for_the_lease_to_expire() {
 fn overwritten_key_is_noticed_at_the_next_renewal() {
     let redis = Redis::start();
     let key = support::key("overwrite");
-    let node = start(&redis, &key, "a", FAST);
+    // DEBUG: the path below includes the routine working → renewing.
+    let node = start(
+        &redis,
+        &key,
+        "a",
+        &[FAST, &["--log-level", "debug"]].concat(),
+    );
     node.wait_leading(Duration::from_secs(5));
     redis.cmd(&[
         "SET",
@@ -237,7 +246,13 @@ fn waiters_look_again_only_when_the_lease_would_expire() {
     let key = support::key("quiet");
     let leader = start(&redis, &key, "a", FAST);
     leader.wait_leading(Duration::from_secs(5));
-    let waiter = start(&redis, &key, "b", FAST);
+    // DEBUG: every look is counted, not only the one that names the holder.
+    let waiter = start(
+        &redis,
+        &key,
+        "b",
+        &[FAST, &["--log-level", "debug"]].concat(),
+    );
     let refusals = || {
         waiter
             .log()

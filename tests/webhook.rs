@@ -123,7 +123,14 @@ fn a_hanging_receiver_does_not_delay_renewals() {
         "hang",
         "a",
         &receiver.url(),
-        &["--ttl", "1s", "--redis-timeout", "200ms"],
+        &[
+            "--ttl",
+            "1s",
+            "--redis-timeout",
+            "200ms",
+            "--log-level",
+            "debug",
+        ],
     );
     a.wait_leading(Duration::from_secs(5));
     eventually(Duration::from_secs(5), "the hook to hang", || {

@@ -257,6 +257,23 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Transitions that happen all the time in a steady state (a leader's
+    /// renewals, a standby's re-checks, retries whose error is logged on its
+    /// own): logged at DEBUG, so the default level is quiet until leadership
+    /// changes or something goes wrong. Every transition still reaches
+    /// `/leader/events` and the metrics.
+    pub fn routine(self) -> bool {
+        matches!(
+            self,
+            Reason::RenewDue
+                | Reason::Renewed
+                | Reason::RetryDue
+                | Reason::HeldByOther
+                | Reason::ReleaseNotified
+                | Reason::BackendError
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Start => "start",

@@ -8,8 +8,8 @@
 //!
 //! Only an optimisation: a lost wake-up (reconnect, a waiter frozen while
 //! blocked) costs latency, never correctness, because every waiter also has
-//! a timer. After every reconnection a wake-up is sent anyway, since a
-//! release may have happened while the connection was down. The release is
+//! a timer. After every reconnection that works a wake-up is sent anyway,
+//! since a release may have happened while the connection was down. The release is
 //! still published on `leaderd:{KEY}:released` for observers.
 
 use redis::AsyncConnectionConfig;
@@ -114,7 +114,18 @@ async fn listen(
         .await
         .map_err(|_| "connect timed out".to_string())?
         .map_err(|e| e.to_string())?;
-    if reconnecting && notices.send(()).is_err() {
+    // A first BLPOP that hardly blocks proves the connection can wait
+    // (credentials, ACL) before the catch-up wake-up is sent: a node that
+    // refuses us must not wake its waiters at every retry.
+    let mut probe = redis::cmd("BLPOP");
+    probe.arg(&source.key).arg(0.01);
+    let first = probe.query_async::<Option<(String, String)>>(&mut conn);
+    let first = tokio::time::timeout(source.timeout + Duration::from_millis(10), first)
+        .await
+        .map_err(|_| "no answer to BLPOP".to_string())?
+        .map_err(|e| e.to_string())?;
+    let woken = first.is_some_and(|(_, releaser)| releaser != source.own_id);
+    if (reconnecting || woken) && notices.send(()).is_err() {
         return Ok(());
     }
     let mut blpop = redis::cmd("BLPOP");
