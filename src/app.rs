@@ -74,9 +74,10 @@ async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Fa
 
 /// `leaderd run`: campaign until SIGTERM/SIGINT, then release and return.
 pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, Failure> {
-    let shutdown = caught
-        .into_token()
+    let signals = caught
+        .into_signals()
         .map_err(|e| Failure::Fatal(format!("cannot install signal handlers: {e}")))?;
+    let shutdown = signals.requested.clone();
     let metrics = Arc::new(Metrics::new(&config.key));
     let Prepared {
         child,
@@ -117,7 +118,7 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
         renew_deadline = ?config.timing.renew_deadline,
         "leaderd starting"
     );
-    let (work, work_events) = Work::new(child, webhooks, metrics.clone(), shutdown.clone());
+    let (work, work_events) = Work::new(child, webhooks, metrics.clone(), signals);
     let outputs = runner::Outputs {
         status: status_tx,
         changes,

@@ -1,7 +1,10 @@
-//! Signals → one cancellation token. The first SIGTERM or SIGINT cancels the
-//! token (the state machine then stops the work and releases the lease); a
-//! second one exits at once with 128 + the signal number (the child's guard
-//! then kills the child's process group).
+//! Signals → cancellation tokens. The first SIGTERM or SIGINT cancels
+//! [`Signals::requested`] (the state machine then stops the work and
+//! releases the lease); a second one cancels [`Signals::hurry`] (the child's
+//! process group gets SIGKILL now, and the lease is still released once it
+//! is reaped: GNU `timeout` and some runtimes send two signals a moment
+//! apart); only a third exits at once with 128 + the signal number (the
+//! child's guard then kills the child's group; the lease expires by its TTL).
 //!
 //! The handlers are installed by [`catch`], the first thing `main` does, and
 //! the signals are unblocked there too: a signal that arrives while the
@@ -21,6 +24,15 @@ use tokio_util::sync::CancellationToken;
 
 /// The signals that ask leaderd to shut down.
 const SHUTDOWN: [(i32, &str); 2] = [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")];
+
+/// What the shutdown signals have asked for so far.
+#[derive(Debug, Clone)]
+pub struct Signals {
+    /// Stop the work, release the lease, exit (the first signal).
+    pub requested: CancellationToken,
+    /// Stop the work by SIGKILL, now (the second signal).
+    pub hurry: CancellationToken,
+}
 
 /// Shutdown signals caught since start-up, not yet handed to the runtime.
 pub struct Caught {
@@ -86,11 +98,12 @@ impl Caught {
         }
     }
 
-    /// Hands the caught signals to the runtime: returns the token every task
-    /// watches, already cancelled if a signal came during start-up. Call it
-    /// inside the runtime.
-    pub fn into_token(self) -> std::io::Result<CancellationToken> {
+    /// Hands the caught signals to the runtime: returns the tokens every
+    /// task watches, `requested` already cancelled if a signal came during
+    /// start-up. Call it inside the runtime.
+    pub fn into_signals(self) -> std::io::Result<Signals> {
         let token = CancellationToken::new();
+        let hurry = CancellationToken::new();
         let mut pipes = Vec::new();
         let mut early = None;
         for (pipe, (number, name)) in self.pipes.into_iter().zip(SHUTDOWN) {
@@ -116,6 +129,7 @@ impl Caught {
             .try_into()
             .map_err(|_| std::io::Error::other("two shutdown signals"))?;
         let cancel = token.clone();
+        let hurry_now = hurry.clone();
         tokio::spawn(async move {
             let (mut a, mut b) = ([0u8; 1], [0u8; 1]);
             loop {
@@ -131,14 +145,26 @@ impl Caught {
                         "shutdown requested: stopping the work and releasing the lease"
                     );
                     cancel.cancel();
+                } else if received == 2 {
+                    tracing::warn!(
+                        signal = name,
+                        "second signal: killing the child now; the lease is still released (a third signal exits at once)"
+                    );
+                    hurry_now.cancel();
                 } else {
                     // The child's guard sees leaderd go and kills the child's group.
-                    tracing::warn!(signal = name, "second signal: exiting at once");
+                    tracing::warn!(
+                        signal = name,
+                        "third signal: exiting at once without releasing"
+                    );
                     crate::telemetry::flush();
                     std::process::exit(128 + number);
                 }
             }
         });
-        Ok(token)
+        Ok(Signals {
+            requested: token,
+            hurry,
+        })
     }
 }

@@ -117,21 +117,6 @@ fn sigterm_while_acquiring_against_a_paused_redis_exits_cleanly() {
 }
 
 #[test]
-fn a_second_signal_exits_at_once() {
-    let redis = Redis::start();
-    let key = support::key("second-signal");
-    let mut node = start(&redis, &key, "a");
-    node.wait_leading(Duration::from_secs(5));
-    redis.pause();
-    node.signal("TERM");
-    node.wait_log(Duration::from_secs(2), "shutdown requested");
-    node.signal("TERM");
-    let status = node.wait_exit(Duration::from_secs(2));
-    redis.resume();
-    assert_eq!(status.code(), Some(128 + 15));
-}
-
-#[test]
 fn a_timed_out_acquire_that_won_is_recognised_by_its_token() {
     let redis = Redis::start();
     let key = support::key("ambiguous");

@@ -296,3 +296,56 @@ fn an_inherited_signal_mask_ignored_sigterm_and_open_fds_are_not_passed_on() {
         "SIGTERM, blocked and ignored at birth, still works"
     );
 }
+
+/// Two SIGTERMs 1 ms apart (GNU `timeout -k`, some runtimes): the second one
+/// kills the child at once, and the lease is still released.
+#[test]
+fn two_signals_a_millisecond_apart_still_release_and_a_third_exits_at_once() {
+    let redis = Redis::start();
+    let key = support::key("two-signals");
+    // A child that ignores SIGTERM, a TTL far longer than the test's limits:
+    // a handover before it can only come from the release.
+    let stubborn = ["--", "sh", "-c", "trap '' TERM; sleep 300 & wait"];
+    let args = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut args = vec!["--ttl", "30s", "--stop-timeout", "25s"];
+        args.extend(extra);
+        args
+    };
+    let mut a = support::on_redis(&redis, &key, "a", &args(&stubborn));
+    a.wait_log(PATIENCE, "child started");
+    let b = support::on_redis(&redis, &key, "b", &args(&[]));
+    b.wait_log(PATIENCE, "lease held by another candidate");
+    let pid = a.pid() as i32;
+    let sent = Instant::now();
+    // SAFETY: kill(2) on our own child process.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+        libc::usleep(1000);
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let status = a.wait_exit(PATIENCE);
+    assert_eq!(status.code(), Some(0), "{}", a.log().join("\n"));
+    // The key was deleted: b may already hold it again.
+    a.wait_log(PATIENCE, "lease released");
+    b.wait_leading(PATIENCE);
+    assert!(
+        sent.elapsed() < Duration::from_secs(15),
+        "long before the 30 s TTL"
+    );
+    a.wait_log(PATIENCE, "second signal");
+
+    // Three signals: out at once, the lease left to expire.
+    let mut b = b;
+    let c = support::on_redis(&redis, &key, "c", &args(&[]));
+    c.wait_log(PATIENCE, "lease held by another candidate");
+    drop(c);
+    redis.pause();
+    for _ in 0..3 {
+        b.signal("TERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = b.wait_exit(PATIENCE);
+    redis.resume();
+    assert_eq!(status.code(), Some(128 + 15), "{}", b.log().join("\n"));
+    b.wait_log(PATIENCE, "third signal");
+}

@@ -98,6 +98,8 @@ struct Supervisor {
     /// Set by the first SIGTERM/SIGINT: from then on no child is started,
     /// even one the machine asked for just before the signal came.
     shutdown: CancellationToken,
+    /// Set by a second signal: every stop is a SIGKILL, now.
+    hurried: bool,
 }
 
 /// Runs the supervisor until `commands` closes, then kills whatever is left.
@@ -106,7 +108,7 @@ pub async fn supervise(
     mut commands: mpsc::UnboundedReceiver<Command>,
     events: mpsc::UnboundedSender<WorkEvent>,
     metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
+    signals: crate::shutdown::Signals,
 ) {
     process::become_subreaper();
     let (Ok(mut chld), Ok(mut hup), Ok(mut usr1), Ok(mut usr2)) = (
@@ -127,8 +129,10 @@ pub async fn supervise(
         phase: Phase::Idle,
         restarts: 0,
         deadline: None,
-        shutdown,
+        shutdown: signals.requested,
+        hurried: false,
     };
+    let hurry = signals.hurry;
     loop {
         let timer = s.next_timer();
         tokio::select! {
@@ -143,6 +147,7 @@ pub async fn supervise(
             _ = usr1.recv() => s.forward(libc::SIGUSR1, "SIGUSR1"),
             _ = usr2.recv() => s.forward(libc::SIGUSR2, "SIGUSR2"),
             _ = sleep_until(timer), if timer.is_some() => s.on_timer(),
+            _ = hurry.cancelled(), if !s.hurried => s.hurry(),
         }
     }
     s.kill_everything();
@@ -267,7 +272,22 @@ impl Supervisor {
         }
     }
 
+    /// A second signal: a stop under way becomes a SIGKILL now, and so does
+    /// any stop asked for later.
+    fn hurry(&mut self) {
+        self.hurried = true;
+        if let Phase::Stopping { kill_at, .. } = &mut self.phase {
+            *kill_at = Instant::now();
+            self.on_timer();
+        }
+    }
+
     fn stop(&mut self, kill_at: Instant) {
+        let kill_at = if self.hurried {
+            Instant::now()
+        } else {
+            kill_at
+        };
         match std::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::Idle | Phase::BackingOff { .. } => self.emit(WorkEvent::Stopped),
             Phase::Running { group, .. } => {

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkEvent {
@@ -53,21 +52,21 @@ const WEBHOOK_GRACE_AT_EXIT: std::time::Duration = std::time::Duration::from_sec
 impl Work {
     /// The work: a supervised child if `child` is given, else elect-only (the
     /// worker beside leaderd asks `/leader`); webhooks with either. No child
-    /// is started once `shutdown` is cancelled. Must be called inside the runtime, whose thread then spawns the children (see
+    /// is started once a shutdown is requested, and a running one is killed
+    /// at once when `signals.hurry` is cancelled. Must be called inside the runtime, whose thread then spawns the children (see
     /// `process` on parent-death signals).
     pub fn new(
         child: Option<child::ChildSpec>,
         webhooks: Option<webhook::Webhooks>,
         metrics: Arc<Metrics>,
-        shutdown: CancellationToken,
+        signals: crate::shutdown::Signals,
     ) -> (Self, mpsc::UnboundedReceiver<WorkEvent>) {
         let (events, rx) = mpsc::unbounded_channel();
         let kind = match child {
             Some(spec) => {
                 let (commands, command_rx) = mpsc::unbounded_channel();
-                let supervisor = tokio::spawn(child::supervise(
-                    spec, command_rx, events, metrics, shutdown,
-                ));
+                let supervisor =
+                    tokio::spawn(child::supervise(spec, command_rx, events, metrics, signals));
                 Kind::Child {
                     commands,
                     supervisor,
