@@ -8,7 +8,7 @@
 //! that sends nothing is dropped), a cap on header size, and a cap on open
 //! connections.
 
-use crate::metrics::Metrics;
+use crate::metrics::{Format, Metrics};
 use crate::status::{Change, Snapshot};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
@@ -131,10 +131,11 @@ async fn readyz(State(s): Ctx) -> Response {
     }
 }
 
-async fn metrics(State(s): Ctx) -> Response {
-    let body = s.metrics.render(&view(&s));
-    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+async fn metrics(State(s): Ctx, headers: axum::http::HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::negotiate(accept);
+    let body = s.metrics.render(&view(&s), format);
+    ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
 }
 
 /// Serves `app` on `listener` until `stop`, with the limits above.

@@ -164,6 +164,7 @@ pub async fn run(
                 if released {
                     held = false;
                 }
+                notice_duplicate_id(&status, &metrics, ident.id);
                 Some(event)
             }
             Some(event) = work_events.recv() => Some(match event {
@@ -344,6 +345,38 @@ fn absorb(
     }
 }
 
+/// Another candidate holds the lease under our id: two candidates share an
+/// id (the host name of two containers, say), and anything that compares the
+/// leader's name with its own (the leader-elector's `GET /`) is fooled.
+/// Warned once per change, shown in `/leader` and the metrics.
+fn notice_duplicate_id(status: &watch::Sender<Snapshot>, metrics: &Metrics, id: &str) {
+    let duplicate = status
+        .borrow()
+        .observed
+        .as_ref()
+        .is_some_and(|o| o.id.as_deref() == Some(id));
+    let changed = status.send_if_modified(|s| {
+        let changed = s.duplicate_id != duplicate;
+        s.duplicate_id = duplicate;
+        changed
+    });
+    if !changed {
+        return;
+    }
+    metrics.set_duplicate_id(duplicate);
+    if duplicate {
+        tracing::warn!(
+            id,
+            "another candidate holds the lease under this instance's id: give every candidate a unique --id (in Kubernetes, the pod name)"
+        );
+    } else {
+        tracing::info!(
+            id,
+            "the lease is no longer held under this instance's id by another candidate"
+        );
+    }
+}
+
 fn publish(status: &watch::Sender<Snapshot>, machine: &Machine, state: &State) {
     let lease = state.leading().map(|l| HeldLease {
         fencing_token: l.fencing_token,
@@ -354,6 +387,11 @@ fn publish(status: &watch::Sender<Snapshot>, machine: &Machine, state: &State) {
         if s.state != state.name() {
             s.state = state.name();
             s.state_since = SystemTime::now();
+        }
+        match (&s.lease, &lease) {
+            (None, Some(_)) => s.leading_since = Some(SystemTime::now()),
+            (_, None) => s.leading_since = None,
+            _ => {}
         }
         s.lease = lease;
         changed

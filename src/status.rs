@@ -34,7 +34,16 @@ pub struct Snapshot {
     pub observed: Option<Observed>,
     pub ready: bool,
     pub shutting_down: bool,
+    /// When the current term began (working or renewing since then).
+    pub leading_since: Option<SystemTime>,
+    /// The holder carries our id with another ownership token.
+    pub duplicate_id: bool,
 }
+
+/// How long past its expiry a standby still names the holder it saw: the
+/// standby looks again when the lease would expire, and its answer takes a
+/// moment; without this `/leader` would say "no leader" at every look.
+pub const OBSERVATION_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Snapshot {
     pub fn new() -> Self {
@@ -45,6 +54,8 @@ impl Snapshot {
             observed: None,
             ready: false,
             shutting_down: false,
+            leading_since: None,
+            duplicate_id: false,
         }
     }
 
@@ -53,11 +64,12 @@ impl Snapshot {
         self.lease.filter(|l| now < l.valid_until)
     }
 
-    /// The other holder as last observed, unless its lease has run out since.
+    /// The other holder as last observed, unless its lease has run out
+    /// since (by more than [`OBSERVATION_GRACE`]).
     pub fn current_observation(&self, now: Instant) -> Option<&Observed> {
         self.observed
             .as_ref()
-            .filter(|o| o.expires_at.is_none_or(|e| now < e))
+            .filter(|o| o.expires_at.is_none_or(|e| now < e + OBSERVATION_GRACE))
     }
 
     /// The body of `GET /leader` (PRODUCT §7).
@@ -77,11 +89,22 @@ impl Snapshot {
             fencing_token,
             state: self.state.as_str(),
             state_since: humantime::format_rfc3339_millis(self.state_since).to_string(),
-            lease_remaining_ms: held.map(|l| l.valid_until.duration_since(now).as_millis() as u64),
+            lease_remaining_ms: match (held, observed) {
+                (Some(l), _) => Some(l.valid_until.duration_since(now).as_millis() as u64),
+                (None, Some(o)) => o
+                    .expires_at
+                    .map(|e| e.saturating_duration_since(now).as_millis() as u64),
+                (None, None) => None,
+            },
             leader_observed_ms_ago: match held {
                 Some(_) => Some(0),
                 None => observed.map(|o| now.duration_since(o.at).as_millis() as u64),
             },
+            leading_since: self
+                .leading_since
+                .filter(|_| held.is_some())
+                .map(|t| humantime::format_rfc3339_millis(t).to_string()),
+            duplicate_id: self.duplicate_id,
         }
     }
 }
@@ -101,8 +124,12 @@ pub struct LeaderView {
     pub fencing_token: Option<u64>,
     pub state: &'static str,
     pub state_since: String,
+    /// Ours while leading; a standby's: the holder's, as last observed.
     pub lease_remaining_ms: Option<u64>,
     pub leader_observed_ms_ago: Option<u64>,
+    /// The start of the current term; `state_since` moves at every renewal.
+    pub leading_since: Option<String>,
+    pub duplicate_id: bool,
 }
 
 /// One entry of the `/leader/events` stream: a transition (`from`, `reason`)
@@ -172,8 +199,14 @@ mod tests {
             (v.leader.as_deref(), v.leader_observed_ms_ago),
             (Some("other"), Some(500))
         );
+        // Still named while the standby's look at expiry is answered.
+        let at_expiry = s.leader_view("me", "k", now + Duration::from_millis(2500));
         assert_eq!(
-            s.leader_view("me", "k", now + Duration::from_secs(3))
+            (at_expiry.leader.as_deref(), at_expiry.lease_remaining_ms),
+            (Some("other"), Some(0))
+        );
+        assert_eq!(
+            s.leader_view("me", "k", now + Duration::from_secs(2) + OBSERVATION_GRACE)
                 .leader,
             None
         );

@@ -1,5 +1,6 @@
-//! Every metric leaderd exports (PRODUCT §7), in one place, in Prometheus /
-//! OpenMetrics text via `prometheus-client`.
+//! Every metric leaderd exports (PRODUCT §7), in one place, encoded by
+//! `prometheus-client` as OpenMetrics and rewritten into the Prometheus text
+//! format 0.0.4 for scrapers that do not ask for OpenMetrics ([`Format`]).
 //!
 //! Counters and the histogram are updated where things happen (runner, lease
 //! worker, child supervisor, webhooks). The gauges that say who leads are set
@@ -16,6 +17,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
+
+mod process;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
@@ -73,6 +76,40 @@ pub struct Metrics {
     webhook_deliveries: Family<WebhookLabels, Counter>,
     master_status: Family<NameLabel, Gauge>,
     log_lines_dropped: Counter,
+    backend_up: Gauge,
+    duplicate_id: Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// The exposition format a scraper asked for (its `Accept` header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `text/plain; version=0.0.4`: what Prometheus gets unless it asks for
+    /// OpenMetrics, and what `promtool check metrics` reads.
+    Text,
+    OpenMetrics,
+}
+
+impl Format {
+    /// OpenMetrics only when the `Accept` header names it (Prometheus sends
+    /// it first when its scrape protocols allow).
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Text,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
 }
 
 impl Metrics {
@@ -92,8 +129,32 @@ impl Metrics {
             webhook_deliveries: Family::default(),
             master_status: Family::default(),
             log_lines_dropped: Counter::default(),
+            backend_up: Gauge::default(),
+            duplicate_id: Gauge::default(),
             registry: Registry::default(),
         };
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register(
+            "leaderd_build_info",
+            "Always 1; the labels say which leaderd this is",
+            build_info,
+        );
+        registry.register(
+            "leaderd_backend_up",
+            "1 when the last lease operation got an answer from the backend, 0 when it failed or timed out",
+            m.backend_up.clone(),
+        );
+        registry.register(
+            "leaderd_duplicate_id",
+            "1 while the lease holder carries this instance's id but not its ownership token: two candidates share an id",
+            m.duplicate_id.clone(),
+        );
+        registry.register_collector(Box::new(process::ProcessMetrics));
         // prometheus-client adds `_total` to counter names.
         registry.register(
             "leaderd_is_leader",
@@ -194,6 +255,8 @@ impl Metrics {
     /// `op`: acquire, renew, release; `result`: ok, held, lost, timeout, error.
     pub fn lease_op(&self, op: &'static str, result: &'static str, took: Duration) {
         self.lease_ops.get_or_create(&OpLabels { op, result }).inc();
+        self.backend_up
+            .set(i64::from(!matches!(result, "timeout" | "error")));
         self.lease_op_seconds
             .get_or_create(&OpLabel { op })
             .observe(took.as_secs_f64());
@@ -214,8 +277,13 @@ impl Metrics {
             .inc();
     }
 
-    /// The text exposition, with the leadership gauges taken from `view`.
-    pub fn render(&self, view: &LeaderView) -> String {
+    /// Whether the holder carries our id with another token.
+    pub fn set_duplicate_id(&self, duplicate: bool) {
+        self.duplicate_id.set(i64::from(duplicate));
+    }
+
+    /// The exposition in `format`, with the leadership gauges taken from `view`.
+    pub fn render(&self, view: &LeaderView, format: Format) -> String {
         let leading = i64::from(view.is_leader);
         self.is_leader.set(leading);
         self.master_status
@@ -232,6 +300,65 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
-        out
+        match format {
+            Format::OpenMetrics => out,
+            Format::Text => text_format(&out),
+        }
+    }
+}
+
+/// OpenMetrics → Prometheus text 0.0.4. The samples are the same; what
+/// differs is that a counter's HELP and TYPE name the family (`x`) in
+/// OpenMetrics but the sample (`x_total`) in the text format, that the text
+/// format has no `# UNIT` and no `# EOF`.
+fn text_format(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(line) => out.push_str(&line),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_named_by_their_samples_in_the_text_format() {
+        let om = "# HELP a_things Things.\n# TYPE a_things counter\na_things_total 3\n# HELP b Gauge.\n# TYPE b gauge\n# UNIT b seconds\nb 1\n# EOF\n";
+        assert_eq!(
+            text_format(om),
+            "# HELP a_things_total Things.\n# TYPE a_things_total counter\na_things_total 3\n# HELP b Gauge.\n# TYPE b gauge\nb 1\n"
+        );
+    }
+
+    #[test]
+    fn openmetrics_only_when_asked_for() {
+        assert_eq!(Format::negotiate(None), Format::Text);
+        assert_eq!(
+            Format::negotiate(Some("text/plain;version=0.0.4;q=0.5,*/*;q=0.1")),
+            Format::Text
+        );
+        let prometheus = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        assert_eq!(Format::negotiate(Some(prometheus)), Format::OpenMetrics);
     }
 }

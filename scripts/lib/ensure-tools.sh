@@ -1,0 +1,22 @@
+# shellcheck shell=bash
+# Sourced by scripts/test and scripts/bench: installs what tests and
+# benchmarks run for real, from Debian's packages, when it is missing:
+#   redis-server  (redis-server) the servers the fixtures start
+#   promtool      (prometheus)   lints the /metrics scrapes
+# The packages' own services are never used: the tests start their own
+# servers on free loopback ports.
+ensure_tools_missing=()
+for tool in redis-server:redis-server promtool:prometheus; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || ensure_tools_missing+=("${tool##*:}")
+done
+if [ ${#ensure_tools_missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian packages: ${ensure_tools_missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${ensure_tools_missing[@]}" >/dev/null
+  else
+    echo "missing ${ensure_tools_missing[*]}; install them (Debian: sudo apt-get install ${ensure_tools_missing[*]}) and run again" >&2
+    exit 1
+  fi
+fi
