@@ -4,7 +4,7 @@
 use crate::config::{Config, ConfigError};
 use crate::lease::{self, LeaseBackend, Peek};
 use crate::metrics::Metrics;
-use crate::status::Snapshot;
+use crate::status::{Changes, Snapshot};
 use crate::work::Work;
 use crate::work::child::ChildSpec;
 use crate::work::process;
@@ -12,7 +12,7 @@ use crate::work::webhook::{WebhookSpec, Webhooks, decode_secret};
 use crate::{http, runner, shutdown};
 use std::process::ExitCode;
 use std::sync::Arc;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// A failed command: what to print and which exit code to use.
@@ -89,21 +89,21 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
         tracing::warn!("{note}");
     }
     let (status_tx, status_rx) = watch::channel(Snapshot::new());
-    // Enough for a burst of transitions; a subscriber that lags skips ahead.
-    let (changes, _) = broadcast::channel(64);
+    let changes = Changes::new();
     let http_stop = CancellationToken::new();
     let server = match listener {
         Some(listener) => {
-            let bound = listener
-                .local_addr()
-                .map_or_else(|_| "?".to_string(), |a| a.to_string());
-            tracing::info!(address = %bound, "HTTP API listening");
+            let bound = listener.local_addr().ok();
+            let shown = bound.map_or_else(|| "?".to_string(), |a| a.to_string());
+            tracing::info!(address = %shown, "HTTP API listening");
             let app = http::router(http::HttpContext {
                 id: config.id.clone(),
                 key: config.key.clone(),
                 status: status_rx,
                 changes: changes.clone(),
                 metrics: metrics.clone(),
+                stop: http_stop.clone(),
+                loopback_only: bound.is_some_and(|a| a.ip().is_loopback()),
             });
             Some(tokio::spawn(http::serve(listener, app, http_stop.clone())))
         }

@@ -7,11 +7,11 @@ use crate::config::Config;
 use crate::lease::{self, Acquire, Holder, LeaseBackend, Renew};
 use crate::machine::{Action, Event, Machine, Reason, State, StateName};
 use crate::metrics::Metrics;
-use crate::status::{Change, HeldLease, Observed, Snapshot};
+use crate::status::{Change, Changes, HeldLease, Observed, Snapshot};
 use crate::work::{Work, WorkEvent};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -32,7 +32,7 @@ enum Report {
 /// change stream `/leader/events` relays, and the metrics.
 pub struct Outputs {
     pub status: watch::Sender<Snapshot>,
-    pub changes: broadcast::Sender<Change>,
+    pub changes: Changes,
     pub metrics: Arc<Metrics>,
 }
 
@@ -133,7 +133,7 @@ pub async fn run(
                 let view = status
                     .borrow()
                     .leader_view(ident.id, ident.key, Instant::now());
-                let _ = changes.send(Change::now(&view, Some(from), Some(tr.reason.as_str())));
+                changes.publish(Change::now(&view, Some(from), Some(tr.reason.as_str())));
             }
             for action in tr.actions {
                 match action {

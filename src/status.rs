@@ -4,7 +4,10 @@
 
 use crate::machine::StateName;
 use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 /// The lease as we hold it: fencing token and local validity end.
@@ -136,6 +139,10 @@ pub struct LeaderView {
 /// or, first, the current state.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Change {
+    /// Its place in the stream (the SSE `id:`); 0 for a state that is not a
+    /// transition.
+    #[serde(skip)]
+    pub seq: u64,
     pub from: Option<&'static str>,
     pub state: &'static str,
     pub reason: Option<&'static str>,
@@ -148,6 +155,7 @@ pub struct Change {
 impl Change {
     pub fn now(view: &LeaderView, from: Option<StateName>, reason: Option<&'static str>) -> Change {
         Change {
+            seq: 0,
             from: from.map(StateName::as_str),
             state: view.state,
             reason,
@@ -156,6 +164,83 @@ impl Change {
             fencing_token: view.fencing_token,
             at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
         }
+    }
+}
+
+/// Transitions numbered and kept a while, for `/leader/events` subscribers
+/// and for those that come back with `Last-Event-ID`.
+#[derive(Clone)]
+pub struct Changes {
+    log: Arc<Mutex<ChangeLog>>,
+    live: broadcast::Sender<Change>,
+}
+
+struct ChangeLog {
+    last_seq: u64,
+    recent: VecDeque<Change>,
+}
+
+/// Transitions kept for resuming subscribers: a few handovers' worth.
+const KEPT: usize = 64;
+
+/// What a subscriber gets: the kept transitions after its `Last-Event-ID`
+/// (`None` when some are gone: it starts afresh from the current state),
+/// the sequence number of the latest one, and the live stream after it.
+pub struct Subscription {
+    pub missed: Option<Vec<Change>>,
+    pub last_seq: u64,
+    pub live: broadcast::Receiver<Change>,
+}
+
+impl Changes {
+    pub fn new() -> Changes {
+        // Enough for a burst of transitions; a subscriber that lags skips ahead.
+        let (live, _) = broadcast::channel(KEPT);
+        Changes {
+            log: Arc::new(Mutex::new(ChangeLog {
+                last_seq: 0,
+                recent: VecDeque::with_capacity(KEPT),
+            })),
+            live,
+        }
+    }
+
+    pub fn publish(&self, mut change: Change) {
+        let mut log = self.log.lock().expect("change log lock");
+        log.last_seq += 1;
+        change.seq = log.last_seq;
+        if log.recent.len() == KEPT {
+            log.recent.pop_front();
+        }
+        log.recent.push_back(change.clone());
+        // Under the lock, so a subscriber sees each change exactly once.
+        let _ = self.live.send(change);
+    }
+
+    pub fn subscribe(&self, after: Option<u64>) -> Subscription {
+        let log = self.log.lock().expect("change log lock");
+        let live = self.live.subscribe();
+        let oldest = log.recent.front().map_or(log.last_seq + 1, |c| c.seq);
+        let missed = after
+            .filter(|&after| after + 1 >= oldest && after <= log.last_seq)
+            .map(|after| {
+                log.recent
+                    .iter()
+                    .filter(|c| c.seq > after)
+                    .cloned()
+                    .collect()
+            });
+        Subscription {
+            missed,
+            last_seq: log.last_seq,
+            live,
+        }
+    }
+}
+
+impl Default for Changes {
+    fn default() -> Self {
+        Changes::new()
     }
 }
 
@@ -210,5 +295,42 @@ mod tests {
                 .leader,
             None
         );
+    }
+
+    fn change(state: &'static str) -> Change {
+        Change {
+            seq: 0,
+            from: None,
+            state,
+            reason: None,
+            is_leader: false,
+            leader: None,
+            fencing_token: None,
+            at: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_subscriber_resumes_from_what_is_kept_or_starts_afresh() {
+        let changes = Changes::new();
+        for _ in 0..KEPT + 6 {
+            changes.publish(change("waiting"));
+        }
+        let last = (KEPT + 6) as u64;
+        let resumed = changes.subscribe(Some(last - 2));
+        let seqs: Vec<u64> = resumed.missed.unwrap().iter().map(|c| c.seq).collect();
+        assert_eq!((seqs, resumed.last_seq), (vec![last - 1, last], last));
+        // The oldest kept is 7: after 6 resumes, after 5 cannot.
+        assert_eq!(
+            changes.subscribe(Some(6)).missed.map(|m| m.len()),
+            Some(KEPT)
+        );
+        assert!(changes.subscribe(Some(5)).missed.is_none());
+        // An id from the future (another leaderd, a restart) starts afresh.
+        assert!(changes.subscribe(Some(last + 1)).missed.is_none());
+        assert!(changes.subscribe(None).missed.is_none());
+        let mut live = changes.subscribe(Some(last)).live;
+        changes.publish(change("acquiring"));
+        assert_eq!(live.try_recv().unwrap().seq, last + 1);
     }
 }

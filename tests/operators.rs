@@ -141,7 +141,11 @@ fn events_stream_delivers_a_transition_within_100ms() {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    write!(stream, "GET /leader/events HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    write!(
+        stream,
+        "GET /leader/events HTTP/1.0\r\nHost: localhost\r\n\r\n"
+    )
+    .unwrap();
     let mut lines = BufReader::new(stream).lines();
     lines
         .by_ref()
@@ -200,7 +204,8 @@ fn http_refuses_other_methods_oversized_requests_and_silent_clients() {
     for method in ["POST", "PUT", "DELETE"] {
         let response = raw(
             node.http_port,
-            format!("{method} /leader HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+            format!("{method} /leader HTTP/1.0\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n")
+                .as_bytes(),
         );
         assert!(response.starts_with("HTTP/1.0 405"), "{method}: {response}");
         assert!(
@@ -209,7 +214,7 @@ fn http_refuses_other_methods_oversized_requests_and_silent_clients() {
         );
     }
     let huge = format!(
-        "GET /leader HTTP/1.0\r\nHost: x\r\nX-Padding: {}\r\n\r\n",
+        "GET /leader HTTP/1.0\r\nHost: localhost\r\nX-Padding: {}\r\n\r\n",
         "a".repeat(64 * 1024)
     );
     let response = raw(node.http_port, huge.as_bytes());

@@ -4,63 +4,103 @@
 //! slow the renewal loop. Only GET and HEAD are routed; anything else is 405
 //! with `Allow` (axum's method router).
 //!
-//! [`serve`] is hardened for a sidecar port: a header-read timeout (a client
-//! that sends nothing is dropped), a cap on header size, and a cap on open
-//! connections.
+//! [`serve`] is hardened for a sidecar port (see `serve`). When the listener
+//! is a loopback address, a request whose `Host` names anything but a
+//! loopback name or address is refused (421): a web page cannot reach the
+//! API through DNS rebinding.
+
+mod events;
+mod serve;
+
+pub use serve::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS, serve};
 
 use crate::metrics::{Format, Metrics};
-use crate::status::{Change, Snapshot};
+use crate::status::{Changes, Snapshot};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use futures_util::{Stream, StreamExt, stream};
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, broadcast, watch};
-use tokio::task::JoinSet;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-
-/// A client must send its request headers within this long of connecting.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// Request line plus headers; leaderd's API needs a fraction of this.
-const MAX_HEADER_BYTES: usize = 16 * 1024;
-/// Open connections at once (SSE subscribers included); more are closed at once.
-const MAX_CONNECTIONS: usize = 256;
-/// On shutdown, how long open connections (SSE streams) get to finish.
-const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// What the handlers read.
 pub struct HttpContext {
     pub id: String,
     pub key: String,
     pub status: watch::Receiver<Snapshot>,
-    pub changes: broadcast::Sender<Change>,
+    pub changes: Changes,
     pub metrics: Arc<Metrics>,
+    /// Cancelled when leaderd is done: event streams end.
+    pub stop: CancellationToken,
+    /// Only loopback `Host` headers are served.
+    pub loopback_only: bool,
 }
 
 /// The router, testable with `tower::ServiceExt::oneshot`.
 pub fn router(ctx: HttpContext) -> Router {
     Router::new()
         .route("/leader", get(leader))
-        .route("/leader/events", get(events))
+        .route("/leader/events", get(events::events))
         .route("/", get(compat_name))
         .route("/isLeader", get(compat_is_leader))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(1024))
+        .layer(axum::middleware::from_fn_with_state(
+            ctx.loopback_only,
+            loopback_host,
+        ))
         .with_state(Arc::new(ctx))
+}
+
+/// Refuses a request for another host on a loopback listener (421).
+async fn loopback_host(
+    State(loopback_only): State<bool>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(|h| h.to_str().unwrap_or("\u{0}"));
+    match host {
+        Some(host) if loopback_only && !is_loopback_host(host) => (
+            StatusCode::MISDIRECTED_REQUEST,
+            "leaderd listens on loopback and serves only loopback Host names (localhost, 127.0.0.1, [::1])\n",
+        )
+            .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// `localhost`, `*.localhost`, a loopback IPv4 or IPv6 address, each with an
+/// optional port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or("", |(addr, _)| addr),
+        None => host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        }),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 type Ctx = State<Arc<HttpContext>>;
 
-fn view(s: &HttpContext) -> crate::status::LeaderView {
+pub(crate) fn view(s: &HttpContext) -> crate::status::LeaderView {
     s.status.borrow().leader_view(&s.id, &s.key, Instant::now())
 }
 
@@ -72,31 +112,6 @@ async fn leader(State(s): Ctx) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (code, Json(view)).into_response()
-}
-
-/// Server-Sent Events: the current state first (`event: state`), then one
-/// `event: transition` per state change.
-async fn events(State(s): Ctx) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let changes = s.changes.subscribe();
-    let initial = Change::now(&view(&s), None, None);
-    let first = stream::once(async move { Ok(sse_event("state", &initial)) });
-    let rest = stream::unfold(changes, |mut changes| async move {
-        loop {
-            match changes.recv().await {
-                Ok(change) => return Some((Ok(sse_event("transition", &change)), changes)),
-                // A slow reader missed some; carry on with the next.
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
-        }
-    });
-    Sse::new(first.chain(rest)).keep_alive(KeepAlive::default())
-}
-
-fn sse_event(name: &str, change: &Change) -> SseEvent {
-    SseEvent::default()
-        .event(name)
-        .data(serde_json::to_string(change).expect("plain struct serialises"))
 }
 
 /// Kubernetes leader-elector compatible: `{"name": "<holder id>"}`.
@@ -138,108 +153,6 @@ async fn metrics(State(s): Ctx, headers: axum::http::HeaderMap) -> Response {
     ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
 }
 
-/// Serves `app` on `listener` until `stop`, with the limits above.
-pub async fn serve(listener: TcpListener, app: Router, stop: CancellationToken) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let mut backoff = AcceptBackoff::default();
-    let mut connections = JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => break,
-            accepted = listener.accept() => accepted,
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => {
-                backoff.recovered();
-                stream
-            }
-            Err(e) => {
-                // EMFILE and friends leave the connection queued: accepting
-                // again at once spins a core. Back off; the control loop,
-                // renewals and the child go on meanwhile.
-                let pause = backoff.failed(&e);
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(pause) => continue,
-                }
-            }
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(
-                limit = MAX_CONNECTIONS,
-                "HTTP connection limit reached; closing a new connection"
-            );
-            continue;
-        };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let stop = stop.clone();
-        connections.spawn(async move {
-            let _slot = slot;
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .max_buf_size(MAX_HEADER_BYTES)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = stop.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(CLOSE_GRACE, conn).await;
-                }
-            }
-        });
-    }
-    let _ = tokio::time::timeout(CLOSE_GRACE * 2, async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
-    connections.abort_all();
-}
-
-/// Accept errors: a pause that doubles from 10 ms to 1 s while they go on,
-/// and one log line per 10 s (with how many were not logged).
-#[derive(Default)]
-struct AcceptBackoff {
-    pause: Option<Duration>,
-    failures: u64,
-    logged_at: Option<Instant>,
-}
-
-const ACCEPT_PAUSE_FIRST: Duration = Duration::from_millis(10);
-const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
-const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
-
-impl AcceptBackoff {
-    fn failed(&mut self, error: &std::io::Error) -> Duration {
-        let pause = self
-            .pause
-            .map_or(ACCEPT_PAUSE_FIRST, |p| (p * 2).min(ACCEPT_PAUSE_MAX));
-        self.pause = Some(pause);
-        self.failures += 1;
-        if self
-            .logged_at
-            .is_none_or(|t| t.elapsed() >= ACCEPT_LOG_EVERY)
-        {
-            tracing::warn!(
-                error = %error,
-                failures = self.failures,
-                "HTTP API cannot accept connections; retrying with a backoff (the election and the child are not affected). If this is EMFILE, raise the open-file limit or find what holds the connections"
-            );
-            self.logged_at = Some(Instant::now());
-            self.failures = 0;
-        }
-        pause
-    }
-
-    fn recovered(&mut self) {
-        if self.pause.take().is_some() {
-            tracing::info!("HTTP API accepting connections again");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,8 +168,10 @@ mod tests {
             id: id.into(),
             key: key.into(),
             status,
-            changes: broadcast::channel(8).0,
+            changes: Changes::new(),
             metrics: Arc::new(Metrics::new(key)),
+            stop: CancellationToken::new(),
+            loopback_only: true,
         })
     }
 
