@@ -9,7 +9,7 @@ use crate::work::Work;
 use crate::work::child::ChildSpec;
 use crate::work::process;
 use crate::work::webhook::{WebhookSpec, Webhooks, decode_secret};
-use crate::{http, runner, shutdown};
+use crate::{admin, http, runner, shutdown};
 use std::process::ExitCode;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -50,6 +50,7 @@ struct Prepared {
     webhooks: Option<Webhooks>,
     backend: Box<dyn LeaseBackend>,
     listener: Option<tokio::net::TcpListener>,
+    admin: Option<(tokio::net::UnixListener, std::path::PathBuf)>,
 }
 
 async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Failure> {
@@ -64,11 +65,16 @@ async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Fa
         })?),
         None => None,
     };
+    let admin = match &config.admin.socket {
+        Some(path) => Some((admin::bind(path).await.map_err(ConfigError)?, path.clone())),
+        None => None,
+    };
     Ok(Prepared {
         child,
         webhooks,
         backend,
         listener,
+        admin,
     })
 }
 
@@ -84,6 +90,7 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
         webhooks,
         backend,
         listener,
+        admin,
     } = prepare(&config, &metrics).await?;
     for note in config.warnings.iter().chain(&backend.notes()) {
         tracing::warn!("{note}");
@@ -124,17 +131,31 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
         changes,
         metrics,
     };
-    let child_code = runner::run(&config, backend, work, work_events, outputs, shutdown).await;
+    let (admin_tx, admin_rx) = tokio::sync::mpsc::unbounded_channel();
+    let admin_server = admin.map(|(listener, path)| {
+        tracing::info!(socket = %path.display(), "admin socket listening (leaderd step-down)");
+        tokio::spawn(admin::serve(listener, path, admin_tx, http_stop.clone()))
+    });
+    let child_code = runner::run(
+        &config,
+        backend,
+        work,
+        work_events,
+        outputs,
+        admin_rx,
+        shutdown,
+    )
+    .await;
     http_stop.cancel();
     if let Some(server) = server {
         let _ = server.await;
     }
+    if let Some(admin_server) = admin_server {
+        let _ = admin_server.await;
+    }
     match child_code {
         Some(code) => {
-            tracing::info!(
-                code,
-                "leaderd stopped: the child exited (on_child_exit = exit)"
-            );
+            tracing::info!(code, "leaderd stopped with the exit code of the run");
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
         }
         None => {
@@ -207,6 +228,7 @@ fn child_spec(config: &Config) -> Result<Option<ChildSpec>, Failure> {
         ttl: config.timing.ttl,
         stop_signal: config.child.stop_signal,
         on_exit: config.child.on_exit,
+        restart_limit: config.child.restart_limit,
     }))
 }
 
@@ -294,9 +316,14 @@ pub async fn check(config: Config) -> Result<ExitCode, Failure> {
     let Prepared {
         mut backend,
         listener,
+        admin,
         ..
     } = prepare(&config, &metrics).await?;
     drop(listener);
+    if let Some((listener, path)) = admin {
+        drop(listener);
+        let _ = std::fs::remove_file(path);
+    }
     describe_config(&config, backend.as_ref());
     let peek = backend.peek().await.map_err(Failure::Backend)?;
     println!(
@@ -308,4 +335,24 @@ pub async fn check(config: Config) -> Result<ExitCode, Failure> {
         println!("# ok: {line}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `leaderd step-down`: asks the leaderd behind the admin socket to step
+/// down. Exit 0 stepping down, 3 not the leader, 1 unreachable.
+pub fn step_down(config: Config, hold: Option<&str>) -> Result<ExitCode, Failure> {
+    let Some(path) = &config.admin.socket else {
+        return Err(Failure::Config(ConfigError(
+            "no admin socket is configured: give --admin-socket PATH (or LEADERD_ADMIN_SOCKET, or admin.socket), the one the running leaderd listens on".into(),
+        )));
+    };
+    let hold = hold
+        .map(|h| crate::config::parse_duration(h).map_err(|e| ConfigError(format!("--for: {e}"))))
+        .transpose()?;
+    let (stepping_down, answer) = admin::step_down(path, hold).map_err(Failure::Fatal)?;
+    println!("{answer}");
+    Ok(if stepping_down {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
 }

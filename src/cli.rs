@@ -15,8 +15,9 @@ Exit status:
   0  clean shutdown after SIGTERM/SIGINT, the lease released; `status`: the lease is held
   1  fatal runtime error; `status`/`check`: the backend is unreachable
   2  usage or configuration error (the message names the flag, env var or file key)
-  3  `status`: the lease is vacant
-  with on_child_exit = exit: the child's exit code (128+N if it was killed by signal N)
+  3  `status`: the lease is vacant; `step-down`: this instance does not lead
+  75 `run --wait`: not leader within the wait; the command did not run
+  with on_child_exit = exit, or `run --wait`: the child's exit code (128+N if it was killed by signal N)
 
 Every option also reads an environment variable (LEADERD_*) and a TOML key;
 precedence is flag > environment > file > default. See `leaderd run --help`.
@@ -41,6 +42,10 @@ pub enum Command {
     /// Validate the configuration and timing, reach the backend, print the
     /// effective configuration with secrets redacted.
     Check(CheckArgs),
+    /// Ask the running leaderd (through its --admin-socket) to give up the
+    /// lease and stay out of the election for a while (exit 0 stepping down,
+    /// 3 not the leader, 1 unreachable).
+    StepDown(StepDownArgs),
     /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
     Completions(CompletionsArgs),
     /// Print the manual page (roff), e.g. `leaderd manpage > leaderd.1`.
@@ -67,6 +72,15 @@ pub struct CheckArgs {
     /// be checked as it stands by replacing `run` with `check`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StepDownArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Stay out of the election this long instead of --step-down-hold.
+    #[arg(long = "for", value_name = "DUR")]
+    pub hold: Option<String>,
 }
 
 #[derive(Debug, Args)]

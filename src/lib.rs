@@ -11,11 +11,12 @@
 //!   its actions against [`lease`] (the [`lease::LeaseBackend`] trait: Redis,
 //!   lock file) and [`work`] (the child behind its guard, webhooks).
 //! - [`status`]: the snapshot the runner publishes; [`http`] serves it, with
-//!   [`metrics`].
+//!   [`metrics`]; [`admin`]: the local socket `leaderd step-down` talks to.
 //! - [`reference`]: completions and man pages from the clap definitions.
-//! - [`shutdown`]: signals (caught before `main`) → one cancellation token;
+//! - [`shutdown`]: signals (caught before `main`) → cancellation tokens;
 //!   [`telemetry`]: logs through a queue that never blocks the loop.
 
+pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod config;

@@ -61,12 +61,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// `status`, `check`, `completions`, `manpage`.
+/// `status`, `check`, `step-down`, `completions`, `manpage`.
 fn other_command(cli: Cli) -> ExitCode {
     let (args, command): (&ConfigArgs, &[String]) = match &cli.command {
         Command::Run(_) => unreachable!("`run` is main's"),
         Command::Status(status) => (&status.config, &[]),
         Command::Check(check) => (&check.config, &check.command),
+        Command::StepDown(step) => (&step.config, &[]),
         Command::Completions(c) => return reference::completions(c.shell),
         Command::Manpage(m) => return reference::manpage(m.dir.as_deref()),
     };
@@ -81,6 +82,7 @@ fn other_command(cli: Cli) -> ExitCode {
                 Command::Status(s) => app::status(config, s.json).await,
                 Command::Check(c) if c.offline => app::check_offline(config),
                 Command::Check(_) => app::check(config).await,
+                Command::StepDown(s) => app::step_down(config, s.hold.as_deref()),
                 Command::Run(_) | Command::Completions(_) | Command::Manpage(_) => {
                     unreachable!("answered before the config is loaded")
                 }

@@ -50,6 +50,7 @@ pub async fn run(
     mut work: Work,
     mut work_events: mpsc::UnboundedReceiver<WorkEvent>,
     outputs: Outputs,
+    mut admin: mpsc::UnboundedReceiver<crate::admin::Request>,
     shutdown: CancellationToken,
 ) -> Option<i32> {
     let Outputs {
@@ -88,6 +89,12 @@ pub async fn run(
     // out (owner-checked, in case an unanswered acquire did land) is not
     // news, whatever its outcome.
     let mut held = false;
+    let mut once = config.child.wait.map(|wait| Once {
+        deadline: Instant::now() + wait,
+        answered: false,
+        started: false,
+    });
+    let hold = config.admin.step_down_hold;
     status.send_modify(|s| {
         s.ready = true;
         s.shutting_down = shutdown_seen;
@@ -141,11 +148,18 @@ pub async fn run(
                     Action::Renew => drop(ops.send(Op::Renew)),
                     Action::Release => drop(ops.send(Op::Release)),
                     Action::StartWork { fencing_token } => {
+                        if let Some(once) = &mut once {
+                            once.started = true;
+                        }
                         work.start(fencing_token, tr.reason.as_str())
                     }
                     Action::StopWork { kill_at } => work.stop(kill_at, tr.reason.as_str()),
                     Action::Exit => exit = true,
                 }
+            }
+            if let Some(code) = once.as_mut().and_then(|o| o.verdict(&state, shutdown_seen)) {
+                exit_code = Some(code);
+                shutdown.cancel();
             }
             continue;
         }
@@ -160,6 +174,9 @@ pub async fn run(
             }
             Some(report) = reports.recv() => {
                 let released = matches!(report, Report::Release(_));
+                if let Some(once) = &mut once {
+                    once.answered |= matches!(report, Report::Acquire(_));
+                }
                 let event = absorb(report, &status, &mut errors, config.timing.ttl, held);
                 if released {
                     held = false;
@@ -175,7 +192,10 @@ pub async fn run(
                     }
                     Event::WorkExited { exit }
                 }
+                WorkEvent::CrashLoop { .. } => Event::StepDown { hold, reason: Reason::CrashLoop },
             }),
+            Some(request) = admin.recv() => step_down(&state, request, hold),
+            _ = sleep_until(once.as_ref().map(|o| o.deadline)), if once.as_ref().is_some_and(|o| !o.started) => Some(Event::Tick),
             Some(()) = notices.recv() => Some(Event::ReleaseNotified),
             _ = sleep_until(wake), if wake.is_some() => Some(Event::Tick),
         };
@@ -189,6 +209,72 @@ pub async fn run(
     }
     work.finish().await;
     exit_code
+}
+
+/// `leaderd step-down`: the leader steps down; anyone else says so.
+fn step_down(state: &State, request: crate::admin::Request, hold: Duration) -> Option<Event> {
+    use crate::admin::Reply;
+    let hold = request.hold.unwrap_or(hold);
+    match state.leading() {
+        Some(lease) => {
+            tracing::info!(hold = ?hold, fencing_token = lease.fencing_token, "step-down requested over the admin socket");
+            let _ = request.reply.send(Reply::SteppingDown {
+                fencing_token: lease.fencing_token,
+                hold,
+            });
+            Some(Event::StepDown {
+                hold,
+                reason: Reason::StepDownRequested,
+            })
+        }
+        None => {
+            let _ = request.reply.send(Reply::NotLeader {
+                state: state.name().as_str(),
+            });
+            None
+        }
+    }
+}
+
+/// Run-once mode (`--wait`): lead within the deadline and run the command
+/// once, or give up.
+struct Once {
+    deadline: Instant,
+    /// An acquire has been answered (so `--wait 0` is one real try).
+    answered: bool,
+    /// The command was started: from now on its exit ends the run.
+    started: bool,
+}
+
+/// Not leader within `--wait`: the command never ran (EX_TEMPFAIL).
+pub const EXIT_NOT_LEADER: i32 = 75;
+
+impl Once {
+    /// The exit code to end the run with, if the run-once outcome is known.
+    fn verdict(&mut self, state: &State, shutdown_seen: bool) -> Option<i32> {
+        if shutdown_seen {
+            return None;
+        }
+        if !self.started {
+            if self.answered
+                && Instant::now() >= self.deadline
+                && state.leading().is_none()
+                && state.name() != StateName::Acquiring
+            {
+                tracing::info!("not leader within --wait: exiting without running the command");
+                self.started = true; // decided: nothing more to judge
+                return Some(EXIT_NOT_LEADER);
+            }
+            return None;
+        }
+        if state.name() == StateName::Waiting {
+            tracing::error!(
+                "the lease was lost while the command ran; it was stopped and is not run again"
+            );
+            return Some(1);
+        }
+        None
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {

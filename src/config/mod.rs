@@ -19,7 +19,10 @@ mod values;
 pub use backend::{BackendConfig, RedisTls};
 pub use file::ConfigFile;
 pub use resolve::show as show_duration;
-pub use values::{LogFormat, OnChildExit, RedisUrl, Secret, Signal, parse_duration, redact_url};
+pub use values::{
+    LogFormat, OnChildExit, RedisUrl, Secret, Signal, parse_duration, parse_restart_limit,
+    redact_url,
+};
 
 use crate::cli::ConfigArgs;
 use crate::timing::Timing;
@@ -42,6 +45,20 @@ pub struct ChildConfig {
     pub stop_signal: Signal,
     pub stop_timeout: Duration,
     pub on_exit: OnChildExit,
+    /// With `on_exit = restart`: at most this many restarts within the
+    /// window before the lease is released (`None`: no limit).
+    pub restart_limit: Option<(u32, Duration)>,
+    /// Run-once mode: campaign for at most this long, run the command
+    /// once, release and exit.
+    pub wait: Option<Duration>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    /// The step-down socket; `None`: no admin endpoint.
+    pub socket: Option<PathBuf>,
+    /// How long a step-down (or a crash loop) keeps this candidate out.
+    pub step_down_hold: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -70,6 +87,7 @@ pub struct Config {
     pub http: Option<SocketAddr>,
     pub child: ChildConfig,
     pub webhook: WebhookConfig,
+    pub admin: AdminConfig,
     pub log: LogConfig,
     /// Every option's effective value (secrets redacted) and where it came
     /// from, in a stable order, for `leaderd check`.

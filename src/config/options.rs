@@ -250,6 +250,20 @@ pub const CHILD_COMMAND: Spec = spec("command", "", "", "child.command")
     .under(WORK)
     .help("The command to run while leader (on the command line: after `--`)")
     .list();
+pub const RESTART_LIMIT: Spec = spec(
+    "restart_limit",
+    "--restart-limit",
+    "LEADERD_RESTART_LIMIT",
+    "child.restart_limit",
+)
+.value("N/DUR")
+.under(WORK)
+.help("With --on-child-exit restart: after N restarts within DUR, release the lease and hold off (a crash loop), or `off`")
+.default("5/1m");
+pub const WAIT: Spec = spec("wait", "--wait", "LEADERD_WAIT", "child.wait")
+    .value("DUR")
+    .under(WORK)
+    .help("Run the command once: campaign for at most DUR (0: one try); not leader by then → exit 75 without running it; leader → run it, release, exit with its code");
 pub const WEBHOOK: Spec = spec(
     "webhook",
     "--webhook",
@@ -275,6 +289,25 @@ pub const WEBHOOK_SECRET: Spec = spec("webhook_secret", "", "LEADERD_WEBHOOK_SEC
     .value("SECRET")
     .under(WORK)
     .help("The webhook signing secret itself (base64 or whsec_…; only from the environment)");
+pub const ADMIN_SOCKET: Spec = spec(
+    "admin_socket",
+    "--admin-socket",
+    "LEADERD_ADMIN_SOCKET",
+    "admin.socket",
+)
+.value("PATH")
+.under("Admin")
+.help("Unix socket for `leaderd step-down` (mode 0600; off unless set)");
+pub const STEP_DOWN_HOLD: Spec = spec(
+    "step_down_hold",
+    "--step-down-hold",
+    "LEADERD_STEP_DOWN_HOLD",
+    "admin.step_down_hold",
+)
+.value("DUR")
+.under("Admin")
+.help("After a step-down or a crash loop, how long this candidate stays out of the election")
+.default("30s");
 pub const LOG_FORMAT: Spec = spec(
     "log_format",
     "--log-format",
@@ -292,7 +325,7 @@ pub const LOG_LEVEL: Spec = spec("log_level", "--log-level", "RUST_LOG", "log.le
     .default("info");
 
 /// Every option, in the order of `--help`, `check` and the docs.
-pub const ALL: [&Spec; 24] = [
+pub const ALL: [&Spec; 28] = [
     &CONFIG,
     &KEY,
     &ID,
@@ -311,10 +344,14 @@ pub const ALL: [&Spec; 24] = [
     &STOP_SIGNAL,
     &STOP_TIMEOUT,
     &ON_CHILD_EXIT,
+    &RESTART_LIMIT,
+    &WAIT,
     &CHILD_COMMAND,
     &WEBHOOK,
     &WEBHOOK_SECRET_FILE,
     &WEBHOOK_SECRET,
+    &ADMIN_SOCKET,
+    &STEP_DOWN_HOLD,
     &LOG_FORMAT,
     &LOG_LEVEL,
 ];

@@ -4,7 +4,7 @@
 use super::backend::{backend, redis_tls};
 use super::file::At;
 use super::options::{self, Spec};
-use super::sections::{child, webhook};
+use super::sections::{admin, child, webhook};
 use super::values;
 use super::{BackendConfig, Config, ConfigError, LogConfig, LogFormat, Sources};
 use crate::timing::Timing;
@@ -305,6 +305,7 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
 
     let child = child(&r, s, &mut note)?;
     let webhook = webhook(&r, &mut note)?;
+    let admin = admin(&r, &mut note)?;
 
     let format = r.scalar(&options::LOG_FORMAT, values::parse_log_format)?;
     let format = or_default(format, LogFormat::Text, "");
@@ -325,6 +326,7 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
         http: http.value,
         child,
         webhook,
+        admin,
         log: LogConfig {
             format: format.value,
             level: level.value,

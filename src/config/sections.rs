@@ -4,7 +4,7 @@
 use super::options;
 use super::resolve::{Origin, Resolver, Value, or_default, show};
 use super::values::{self, Signal};
-use super::{ChildConfig, ConfigError, OnChildExit, Sources, WebhookConfig};
+use super::{AdminConfig, ChildConfig, ConfigError, OnChildExit, Sources, WebhookConfig};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -61,11 +61,86 @@ pub(super) fn child(
         format!("{:?}", format!("{:?}", on_exit.value).to_lowercase()),
         &on_exit.origin,
     );
+    let restart_limit = r.scalar(&options::RESTART_LIMIT, values::parse_restart_limit)?;
+    let restart_limit = or_default(restart_limit, Some((5, Duration::from_secs(60))), "");
+    note(
+        "child.restart_limit",
+        format!(
+            "{:?}",
+            restart_limit
+                .value
+                .map_or("off".to_string(), |(n, w)| format!("{n}/{}", show(w)))
+        ),
+        &restart_limit.origin,
+    );
+    // A bare 0 is unambiguous, and `--wait 0` reads as "try once".
+    let wait = r.scalar(&options::WAIT, |text| match text.trim() {
+        "0" => Ok(Duration::ZERO),
+        other => values::parse_duration(other),
+    })?;
+    if let Some(wait) = &wait {
+        note(
+            "child.wait",
+            format!("{:?}", show(wait.value)),
+            &wait.origin,
+        );
+        if command.value.is_empty() {
+            return Err(ConfigError(format!(
+                "child.wait ({}) runs a command once, but no command is configured; give it after -- (leaderd run --wait 30s -- COMMAND)",
+                wait.origin
+            )));
+        }
+        if on_exit.value != OnChildExit::Release && !matches!(on_exit.origin, Origin::Default(_)) {
+            return Err(ConfigError(format!(
+                "child.on_exit ({}) does not apply with child.wait ({}): the command runs once and its exit code is leaderd's; remove one of them",
+                on_exit.origin, wait.origin
+            )));
+        }
+    }
     Ok(ChildConfig {
         command: command.value,
         stop_signal: stop_signal.value,
         stop_timeout: stop_timeout.value,
-        on_exit: on_exit.value,
+        // Run once: the child's exit ends the run, with its code.
+        on_exit: if wait.is_some() {
+            OnChildExit::Exit
+        } else {
+            on_exit.value
+        },
+        restart_limit: restart_limit.value,
+        wait: wait.map(|w| w.value),
+    })
+}
+
+pub(super) fn admin(
+    r: &Resolver<'_>,
+    note: &mut impl FnMut(&'static str, String, &Origin),
+) -> Result<AdminConfig, ConfigError> {
+    let socket = r.scalar(&options::ADMIN_SOCKET, |p| {
+        if p.trim().is_empty() {
+            Err("the path is empty; give a socket path such as /run/leaderd/admin.sock".into())
+        } else {
+            Ok(PathBuf::from(p.trim()))
+        }
+    })?;
+    match &socket {
+        Some(s) => note(
+            "admin.socket",
+            format!("{:?}", s.value.display().to_string()),
+            &s.origin,
+        ),
+        None => note("admin.socket", "\"off\"".into(), &Origin::Default("off")),
+    }
+    let hold = r.scalar(&options::STEP_DOWN_HOLD, values::parse_duration)?;
+    let hold = or_default(hold, Duration::from_secs(30), "");
+    note(
+        "admin.step_down_hold",
+        format!("{:?}", show(hold.value)),
+        &hold.origin,
+    );
+    Ok(AdminConfig {
+        socket: socket.map(|s| s.value),
+        step_down_hold: hold.value,
     })
 }
 

@@ -362,7 +362,9 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
         .replace("url_file = \"/run/secrets/leaderd-redis-url\"", "")
         .replace("tls_ca_file = \"/etc/leaderd/redis-ca.pem\"", "")
         .replace("tls_cert_file = \"/etc/leaderd/client.pem\"", "")
-        .replace("tls_key_file = \"/etc/leaderd/client.key\"", "");
+        .replace("tls_key_file = \"/etc/leaderd/client.key\"", "")
+        // Run-once is a mode of its own (it makes the child's exit leaderd's).
+        .replace("wait = \"30s\"", "");
     let c = Case::new()
         .file(&uncommented)
         .build()

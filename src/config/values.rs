@@ -279,6 +279,29 @@ pub fn parse_log_level(text: &str) -> Result<String, String> {
         .map_err(|e| format!("`{trimmed}` is not a log filter ({e}); {hint}"))
 }
 
+/// `N/DUR` (at most N restarts within DUR), or `off`.
+pub fn parse_restart_limit(text: &str) -> Result<Option<(u32, std::time::Duration)>, String> {
+    let trimmed = text.trim();
+    if trimmed.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let hint = "use N/DUR such as 5/1m (at most 5 restarts in a minute), or off";
+    let (n, window) = trimmed
+        .split_once('/')
+        .ok_or_else(|| format!("`{trimmed}` is not a restart limit; {hint}"))?;
+    let n: u32 = n
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("`{n}` in `{trimmed}` is not a positive count; {hint}"))?;
+    let window = parse_duration(window).map_err(|e| format!("{e}; {hint}"))?;
+    if window.is_zero() {
+        return Err(format!("the window in `{trimmed}` is zero; {hint}"));
+    }
+    Ok(Some((n, window)))
+}
+
 /// `off` disables the HTTP server; otherwise an IP address and port.
 pub fn parse_http(text: &str) -> Result<Option<SocketAddr>, String> {
     let trimmed = text.trim();

@@ -50,6 +50,9 @@ impl Renewal {
 pub enum AfterPause {
     /// Release the lease (owner-checked), then exit or wait.
     Release { exit: bool },
+    /// Release, then stay out of the election for `hold` (a step-down asked
+    /// for by an operator, or a crash loop).
+    StepDown { hold: Duration },
     /// The lease is someone else's: just wait.
     Wait,
 }
@@ -59,6 +62,7 @@ pub enum AfterPause {
 pub enum AfterRelease {
     Exit,
     Wait,
+    Hold { hold: Duration },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -94,6 +98,9 @@ pub enum State {
     },
     Waiting {
         until: Instant,
+        /// Held off (a step-down, a crash loop): no acquire before `until`,
+        /// not even on a release wake-up.
+        hold: bool,
     },
 }
 
@@ -215,6 +222,12 @@ pub enum Event {
     },
     /// A release was announced by the holder: worth trying now.
     ReleaseNotified,
+    /// Give the lease up and stay out of the election for `hold` (an
+    /// operator's `leaderd step-down`, or a child in a crash loop).
+    StepDown {
+        hold: Duration,
+        reason: Reason,
+    },
     ShutdownRequested,
 }
 
@@ -253,6 +266,9 @@ pub enum Reason {
     RetryDue,
     ReleaseNotified,
     ChildExited,
+    StepDownRequested,
+    CrashLoop,
+    HoldOver,
     Ignored,
 }
 
@@ -291,6 +307,9 @@ impl Reason {
             Reason::RetryDue => "retry due",
             Reason::ReleaseNotified => "release notified",
             Reason::ChildExited => "child exited",
+            Reason::StepDownRequested => "step-down requested",
+            Reason::CrashLoop => "child in a crash loop",
+            Reason::HoldOver => "hold-off over",
             Reason::Ignored => "event does not apply in this state",
         }
     }

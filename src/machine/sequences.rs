@@ -76,7 +76,10 @@ fn a_shutdown_between_two_wake_ups_is_not_forgotten() {
         ),
         (Event::Released, vec!["exit"]),
     ];
-    let mut state = State::Waiting { until: t0 };
+    let mut state = State::Waiting {
+        until: t0,
+        hold: false,
+    };
     for (n, (event, expected)) in steps.into_iter().enumerate() {
         let tr = m.step(&state, event.clone(), t0 + n as u32 * MS);
         assert_eq!(names(&tr.actions), expected, "{state:?} + {event:?}");

@@ -95,7 +95,7 @@ impl Machine {
                 let next_try = renewal.retry_at.unwrap_or(self.renew_due(lease));
                 (lease, Some(next_try).filter(|_| !renewal.in_flight))
             }
-            State::Waiting { until } => return Some(*until),
+            State::Waiting { until, .. } => return Some(*until),
             _ => return None,
         };
         let deadline = self.renew_deadline(lease);
@@ -153,9 +153,14 @@ impl Machine {
                     Reason::Acquired,
                 )
             }
-            (S::Acquiring { notified: true, .. }, E::Refused { .. }) => {
-                to(S::Waiting { until: now }, &[], Reason::HeldByOther)
-            }
+            (S::Acquiring { notified: true, .. }, E::Refused { .. }) => to(
+                S::Waiting {
+                    until: now,
+                    hold: false,
+                },
+                &[],
+                Reason::HeldByOther,
+            ),
             (S::Acquiring { .. }, E::ReleaseNotified) => to(
                 S::Acquiring {
                     shutdown: false,
@@ -170,11 +175,19 @@ impl Machine {
                 // A release wakes us sooner (`ReleaseNotified`). Without a known
                 // expiry, poll at the retry interval.
                 let wait = expires_in.map_or(self.timing.retry_interval, |e| e + EXPIRY_SLACK);
-                to(S::Waiting { until: now + wait }, &[], Reason::HeldByOther)
+                to(
+                    S::Waiting {
+                        until: now + wait,
+                        hold: false,
+                    },
+                    &[],
+                    Reason::HeldByOther,
+                )
             }
             (S::Acquiring { .. }, E::AcquireFailed { misconfigured }) => to(
                 S::Waiting {
                     until: now + self.backoff(misconfigured),
+                    hold: false,
                 },
                 &[],
                 Reason::BackendError,
@@ -234,28 +247,56 @@ impl Machine {
                 now,
             ),
 
+            (S::Working { lease }, E::StepDown { hold, reason }) => self.pause(
+                Some(lease),
+                Renewal::IDLE,
+                AfterPause::StepDown { hold },
+                reason,
+                now,
+            ),
+            (S::Renewing { lease, renewal }, E::StepDown { hold, reason }) => self.pause(
+                Some(lease),
+                renewal,
+                AfterPause::StepDown { hold },
+                reason,
+                now,
+            ),
+
             (S::Pausing { .. }, event) => self.pausing(state, event, now),
 
             (S::Releasing { after }, E::Released) => match after {
                 AfterRelease::Exit => to(S::Idle, &[Action::Exit], Reason::Released),
+                AfterRelease::Hold { hold } => to(
+                    S::Waiting {
+                        until: now + hold,
+                        hold: true,
+                    },
+                    &[],
+                    Reason::Released,
+                ),
                 AfterRelease::Wait => to(
                     S::Waiting {
                         until: now + self.timing.retry_interval,
+                        hold: false,
                     },
                     &[],
                     Reason::Released,
                 ),
             },
 
-            (S::Waiting { until }, E::Tick) if now >= until => to(
+            (S::Waiting { until, hold }, E::Tick) if now >= until => to(
                 S::Acquiring {
                     shutdown: false,
                     notified: false,
                 },
                 &[Action::Acquire],
-                Reason::RetryDue,
+                if hold {
+                    Reason::HoldOver
+                } else {
+                    Reason::RetryDue
+                },
             ),
-            (S::Waiting { .. }, E::ReleaseNotified) => to(
+            (S::Waiting { hold: false, .. }, E::ReleaseNotified) => to(
                 S::Acquiring {
                     shutdown: false,
                     notified: false,
@@ -328,9 +369,17 @@ impl Machine {
                         Reason::WorkStopped,
                     )
                 }
+                AfterPause::StepDown { hold } => to(
+                    State::Releasing {
+                        after: AfterRelease::Hold { hold },
+                    },
+                    &[Action::Release],
+                    Reason::WorkStopped,
+                ),
                 AfterPause::Wait => to(
                     State::Waiting {
                         until: now + self.timing.retry_interval,
+                        hold: false,
                     },
                     &[],
                     Reason::WorkStopped,

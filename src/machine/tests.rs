@@ -53,14 +53,30 @@ pub(super) fn states(t0: Instant) -> Vec<State> {
         pausing(Some(l), AfterPause::Release { exit: true }),
         pausing(Some(l), AfterPause::Release { exit: false }),
         pausing(None, AfterPause::Wait),
+        pausing(
+            Some(l),
+            AfterPause::StepDown {
+                hold: Duration::from_secs(30),
+            },
+        ),
         State::Releasing {
             after: AfterRelease::Exit,
+        },
+        State::Releasing {
+            after: AfterRelease::Hold {
+                hold: Duration::from_secs(30),
+            },
         },
         State::Releasing {
             after: AfterRelease::Wait,
         },
         State::Waiting {
             until: t0 + 1000 * MS,
+            hold: false,
+        },
+        State::Waiting {
+            until: t0 + 1000 * MS,
+            hold: true,
         },
     ]
 }
@@ -93,6 +109,10 @@ pub(super) fn events(t0: Instant) -> Vec<Event> {
         Event::WorkExited { exit: false },
         Event::WorkExited { exit: true },
         Event::ReleaseNotified,
+        Event::StepDown {
+            hold: Duration::from_secs(30),
+            reason: Reason::StepDownRequested,
+        },
         Event::ShutdownRequested,
     ]
 }
@@ -258,6 +278,7 @@ fn transition_table() {
         (
             State::Waiting {
                 until: t0 + 1000 * MS,
+                hold: false,
             },
             Event::Tick,
             999 * MS,
@@ -267,6 +288,7 @@ fn transition_table() {
         (
             State::Waiting {
                 until: t0 + 1000 * MS,
+                hold: false,
             },
             Event::Tick,
             1000 * MS,
@@ -276,6 +298,7 @@ fn transition_table() {
         (
             State::Waiting {
                 until: t0 + 1000 * MS,
+                hold: false,
             },
             Event::ReleaseNotified,
             10 * MS,
@@ -283,7 +306,10 @@ fn transition_table() {
             vec!["acquire"],
         ),
         (
-            State::Waiting { until: t0 },
+            State::Waiting {
+                until: t0,
+                hold: false,
+            },
             Event::ShutdownRequested,
             Duration::ZERO,
             StateName::Releasing,
@@ -340,7 +366,8 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
     assert_eq!(
         soon.next,
         State::Waiting {
-            until: t0 + 301 * MS
+            until: t0 + 301 * MS,
+            hold: false,
         }
     );
     let late = m.step(
@@ -353,7 +380,8 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
     assert_eq!(
         late.next,
         State::Waiting {
-            until: t0 + Duration::from_secs(9) + MS
+            until: t0 + Duration::from_secs(9) + MS,
+            hold: false,
         },
         "no fixed poll"
     );
@@ -361,7 +389,8 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
     assert_eq!(
         unknown.next,
         State::Waiting {
-            until: t0 + m.timing.retry_interval
+            until: t0 + m.timing.retry_interval,
+            hold: false,
         }
     );
     let auth = m.step(
@@ -374,7 +403,8 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
     assert_eq!(
         auth.next,
         State::Waiting {
-            until: t0 + Duration::from_secs(10)
+            until: t0 + Duration::from_secs(10),
+            hold: false,
         },
         "auth errors are retried slowly"
     );
@@ -722,7 +752,55 @@ fn a_release_announced_during_an_acquire_is_not_missed() {
     );
     assert_eq!(
         refused.next,
-        State::Waiting { until: t0 + MS },
+        State::Waiting {
+            until: t0 + MS,
+            hold: false,
+        },
         "looks again at once, not in 9s"
     );
+}
+
+#[test]
+fn a_step_down_stops_the_work_releases_and_holds_off() {
+    let m = machine();
+    let t0 = Instant::now();
+    let hold = Duration::from_secs(30);
+    let step_down = Event::StepDown {
+        hold,
+        reason: Reason::StepDownRequested,
+    };
+    let tr = m.step(&State::Working { lease: lease(t0) }, step_down.clone(), t0);
+    assert_eq!(tr.next.name(), StateName::Pausing);
+    assert_eq!(names(&tr.actions), ["stop"]);
+    let tr = m.step(&tr.next, Event::WorkStopped, t0 + MS);
+    assert_eq!(
+        (tr.next, names(&tr.actions)),
+        (
+            State::Releasing {
+                after: AfterRelease::Hold { hold }
+            },
+            vec!["release"]
+        )
+    );
+    let tr = m.step(&tr.next, Event::Released, t0 + 2 * MS);
+    let held = State::Waiting {
+        until: t0 + 2 * MS + hold,
+        hold: true,
+    };
+    assert_eq!(tr.next, held);
+    // Held off: a release wake-up and early ticks do nothing.
+    for event in [Event::ReleaseNotified, Event::Tick] {
+        let tr = m.step(&held, event, t0 + Duration::from_secs(10));
+        assert_eq!((tr.next, tr.actions.len()), (held, 0));
+    }
+    let tr = m.step(&held, Event::Tick, t0 + 2 * MS + hold);
+    assert_eq!(
+        (tr.next.name(), names(&tr.actions), tr.reason),
+        (StateName::Acquiring, vec!["acquire"], Reason::HoldOver)
+    );
+    // Anywhere but leading, a step-down changes nothing.
+    for state in states(t0).into_iter().filter(|s| s.leading().is_none()) {
+        let tr = m.step(&state, step_down.clone(), t0);
+        assert_eq!((tr.next, tr.actions.len()), (state, 0), "{state:?}");
+    }
 }

@@ -38,6 +38,9 @@ pub struct ChildSpec {
     pub ttl: Duration,
     pub stop_signal: Signal,
     pub on_exit: OnChildExit,
+    /// Under `restart`: at most this many restarts within the window, then
+    /// [`WorkEvent::CrashLoop`].
+    pub restart_limit: Option<(u32, Duration)>,
 }
 
 #[derive(Debug)]
@@ -58,6 +61,7 @@ pub enum Command {
 enum Then {
     ReportStopped,
     ReportExited { exit: bool, code: i32 },
+    ReportCrashLoop { code: i32 },
     Restart { fencing_token: u64, at: Instant },
 }
 
@@ -93,6 +97,9 @@ struct Supervisor {
     events: mpsc::UnboundedSender<WorkEvent>,
     phase: Phase,
     restarts: u32,
+    /// When the child exited this term under `restart`, within the limit's
+    /// window: more than the limit is a crash loop.
+    recent_exits: std::collections::VecDeque<Instant>,
     /// The latest kill-by instant from the runner (see [`Command::Deadline`]).
     deadline: Option<Instant>,
     /// Set by the first SIGTERM/SIGINT: from then on no child is started,
@@ -128,6 +135,7 @@ pub async fn supervise(
         events,
         phase: Phase::Idle,
         restarts: 0,
+        recent_exits: std::collections::VecDeque::new(),
         deadline: None,
         shutdown: signals.requested,
         hurried: false,
@@ -191,6 +199,8 @@ impl Supervisor {
     }
 
     fn start(&mut self, fencing_token: u64) {
+        // A new term starts with a clean record.
+        self.recent_exits.clear();
         match self.phase {
             Phase::Idle => self.spawn(fencing_token),
             // A start while a previous stop is still in progress: start once it is done.
@@ -393,6 +403,26 @@ impl Supervisor {
     fn exit_plan(&mut self, code: i32, started: Instant, fencing_token: u64) -> Then {
         match self.spec.on_exit {
             OnChildExit::Restart => {
+                if let Some((limit, window)) = self.spec.restart_limit {
+                    let now = Instant::now();
+                    self.recent_exits.push_back(now);
+                    while self
+                        .recent_exits
+                        .front()
+                        .is_some_and(|&at| now.duration_since(at) > window)
+                    {
+                        self.recent_exits.pop_front();
+                    }
+                    if self.recent_exits.len() > limit as usize {
+                        tracing::error!(
+                            code,
+                            exits = self.recent_exits.len(),
+                            window = ?window,
+                            "the child keeps failing (restart limit {limit} in {window:?}): releasing the lease so another candidate can try"
+                        );
+                        return Then::ReportCrashLoop { code };
+                    }
+                }
                 if started.elapsed() >= BACKOFF_CAP {
                     self.restarts = 0;
                 }
@@ -418,6 +448,7 @@ impl Supervisor {
                 }
             }
             Then::ReportExited { exit, code } => self.emit(WorkEvent::Exited { exit, code }),
+            Then::ReportCrashLoop { code } => self.emit(WorkEvent::CrashLoop { code }),
             Then::ReportStopped => self.emit(WorkEvent::Stopped),
         }
     }
@@ -474,6 +505,7 @@ impl Supervisor {
                     Then::ReportExited { exit, code } => {
                         self.emit(WorkEvent::Exited { exit, code })
                     }
+                    Then::ReportCrashLoop { code } => self.emit(WorkEvent::CrashLoop { code }),
                     Then::Restart { fencing_token, at } if at <= now => self.spawn(fencing_token),
                     Then::Restart { fencing_token, at } => {
                         self.phase = Phase::BackingOff {

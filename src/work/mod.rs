@@ -25,6 +25,9 @@ pub enum WorkEvent {
     /// The child exited on its own (policy `release` or `exit`; `restart`
     /// is handled inside the supervisor). `code` is 128+N for signal N.
     Exited { exit: bool, code: i32 },
+    /// Under `restart`, the child exited more often than the restart limit
+    /// allows: give the lease up for a while.
+    CrashLoop { code: i32 },
 }
 
 enum Kind {
