@@ -9,24 +9,51 @@ use clap::{Arg, ArgAction, ArgMatches, Args, Parser, Subcommand};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// Shown by `leaderd --help` and in leaderd(1).
-const AFTER_LONG_HELP: &str = "\
-Exit status:
-  0  clean shutdown after SIGTERM/SIGINT, the lease released; `status`: the lease is held
-  1  fatal runtime error; `status`/`check`: the backend is unreachable
-  2  usage or configuration error (the message names the flag, env var or file key)
-  3  `status`: the lease is vacant; `step-down`: this instance does not lead
-  75 `run --wait`: not leader within the wait; the command did not run
-  with on_child_exit = exit, or `run --wait`: the child's exit code (128+N if it was killed by signal N)
+/// Every exit status, for `--help` and the man pages' EXIT STATUS section.
+pub const EXIT_CODES: &[(&str, &str)] = &[
+    (
+        "0",
+        "clean shutdown after SIGTERM/SIGINT, the lease released; `status`: the lease is held; `step-down`: the leader is stepping down",
+    ),
+    (
+        "1",
+        "fatal runtime error; `status`/`check`: the backend is unreachable; `step-down`: the admin socket is unreachable",
+    ),
+    (
+        "2",
+        "usage or configuration error (the message names the flag, env var or file key)",
+    ),
+    (
+        "3",
+        "`status`: the lease is vacant; `step-down`: this instance does not lead",
+    ),
+    (
+        "75",
+        "`run --wait`: not leader within the wait; the command did not run",
+    ),
+    (
+        "other",
+        "with on_child_exit = exit, or `run --wait`: the child's exit code (128+N if it was killed by signal N)",
+    ),
+];
 
-Every option also reads an environment variable (LEADERD_*) and a TOML key;
-precedence is flag > environment > file > default. See `leaderd run --help`.
-
-Documentation: README.md and config/leaderd.example.toml in the source tree.";
+/// Shown after `leaderd --help`.
+fn after_long_help() -> String {
+    let mut text = String::from("Exit status:\n");
+    for (code, meaning) in EXIT_CODES {
+        text.push_str(&format!("  {code:<5} {meaning}\n"));
+    }
+    text.push_str(
+        "\nEvery option also reads an environment variable (LEADERD_*) and a TOML key;\n\
+         precedence is flag > environment > file > default. See `leaderd run --help`.\n\n\
+         Documentation: README.md and docs/ in the source tree, config/leaderd.example.toml.",
+    );
+    text
+}
 
 /// leaderd: a leader-election sidecar. Many copies contend for a lease; the winner is the leader.
 #[derive(Debug, Parser)]
-#[command(name = "leaderd", version, about, long_about = None, after_long_help = AFTER_LONG_HELP)]
+#[command(name = "leaderd", version, about, long_about = None, after_long_help = after_long_help())]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -170,6 +197,9 @@ impl clap::Args for ConfigArgs {
             if let Some(short) = spec.short {
                 arg = arg.short(short);
             }
+            if !spec.choices.is_empty() {
+                arg = arg.value_parser(Suggest(spec.choices));
+            }
             cmd = cmd.arg(arg);
         }
         cmd
@@ -177,5 +207,32 @@ impl clap::Args for ConfigArgs {
 
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
         Self::augment_args(cmd)
+    }
+}
+
+/// Offers an option's values to completions and `--help` without checking
+/// them: the configuration checks every source (flag, env, file) the same
+/// way, with messages that name the source.
+#[derive(Clone)]
+struct Suggest(&'static [&'static str]);
+
+impl clap::builder::TypedValueParser for Suggest {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        _cmd: &clap::Command,
+        _arg: Option<&Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        Ok(value.to_string_lossy().into_owned())
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            self.0.iter().map(|v| clap::builder::PossibleValue::new(*v)),
+        ))
     }
 }

@@ -302,8 +302,10 @@ fn sh_c_descendants_are_all_gone_after_a_step_down() {
         .unwrap()
         .parse()
         .unwrap();
+    // The guard leads the group.
+    let guard = support::pgid_of(child_pid);
     let members = eventually(Duration::from_secs(5), "sh and both sleeps", || {
-        let m = support::group_members(support::pgid_of(child_pid));
+        let m = support::group_members(guard);
         (m.len() >= 4).then_some(m) // guard, sh, two sleeps
     });
     redis.cmd(&[
@@ -314,8 +316,16 @@ fn sh_c_descendants_are_all_gone_after_a_step_down() {
         "60000",
     ]);
     a.wait_log(Duration::from_secs(5), "from=\"pausing\" to=\"waiting\"");
-    let left: Vec<i32> = members.into_iter().filter(|p| alive(*p)).collect();
+    // The work (sh and both sleeps) is reaped before that line; the guard,
+    // dismissed then, exits a moment later on its own.
+    let work: Vec<i32> = members.iter().copied().filter(|&p| p != guard).collect();
+    let left: Vec<i32> = work.into_iter().filter(|p| alive(*p)).collect();
     assert!(left.is_empty(), "still alive after the step-down: {left:?}");
+    eventually(
+        Duration::from_secs(5),
+        "the dismissed guard to exit",
+        || (!alive(guard)).then_some(()),
+    );
 }
 
 #[test]

@@ -308,18 +308,40 @@ fn completions_and_manual_pages_come_from_the_command_line_definition() {
         bash.contains("--renew-deadline") && bash.contains("leaderd"),
         "{bash}"
     );
+    // Enum options complete to their values.
+    for values in [
+        "restart release exit",
+        "text json",
+        "SIGTERM SIGINT SIGQUIT SIGHUP SIGUSR1 SIGUSR2 SIGKILL",
+    ] {
+        assert!(
+            bash.contains(values),
+            "no {values:?} in the bash completions"
+        );
+    }
     let (code, _, err) = run_to_end(&["completions", "tcsh"]);
     assert_eq!(code, 2, "an unknown shell is a usage error: {err}");
 
     let (code, page, err) = run_to_end(&["manpage"]);
     assert_eq!(code, 0, "{err}");
     assert!(page.starts_with(".ie \\n(.g .ds Aq"), "roff: {page}");
-    assert!(page.contains("Exit status"), "{page}");
+    assert!(
+        page.contains(".SH \"EXIT STATUS\"\n.TP\n\\fB0\\fR"),
+        "{page}"
+    );
+    assert!(page.contains("\\fB75\\fR"), "{page}");
     let dir = support::temp_dir("man");
     let (code, _, err) = run_to_end(&["manpage", "--dir", support::path_str(&dir)]);
     assert_eq!(code, 0, "{err}");
     let run_page = std::fs::read_to_string(dir.join("leaderd-run.1")).unwrap();
     assert!(run_page.contains("renew\\-deadline"), "{run_page}");
+    // The synopsis shows the command after `--`.
+    let synopsis = run_page.split(".SH DESCRIPTION").next().unwrap();
+    assert!(
+        synopsis.contains("[\\fB\\-\\-\\fR \\fICOMMAND\\fR [\\fIARG\\fR]...]"),
+        "{synopsis}"
+    );
+    assert!(dir.join("leaderd-step-down.1").exists());
     let (code, _, err) = run_to_end(&["manpage", "--dir", "/nonexistent/leaderd-man"]);
     assert_eq!(code, 1);
     assert!(

@@ -23,6 +23,8 @@ pub struct Spec {
     pub default: Option<&'static str>,
     /// Repeatable flag, comma-separated env var, TOML array.
     pub list: bool,
+    /// The values completions offer (the configuration still checks them).
+    pub choices: &'static [&'static str],
 }
 
 const fn spec(id: &'static str, flag: &'static str, env: &'static str, key: &'static str) -> Spec {
@@ -37,6 +39,7 @@ const fn spec(id: &'static str, flag: &'static str, env: &'static str, key: &'st
         help: "",
         default: None,
         list: false,
+        choices: &[],
     }
 }
 
@@ -55,6 +58,10 @@ impl Spec {
     }
     const fn default(mut self, default: &'static str) -> Self {
         self.default = Some(default);
+        self
+    }
+    const fn choices(mut self, choices: &'static [&'static str]) -> Self {
+        self.choices = choices;
         self
     }
     const fn list(mut self) -> Self {
@@ -222,6 +229,9 @@ pub const STOP_SIGNAL: Spec = spec(
 .value("SIG")
 .under(WORK)
 .help("Signal sent to the child's process group to stop it")
+.choices(&[
+    "SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGKILL",
+])
 .default("SIGTERM");
 pub const STOP_TIMEOUT: Spec = spec(
     "stop_timeout",
@@ -242,6 +252,7 @@ pub const ON_CHILD_EXIT: Spec = spec(
 .value("POLICY")
 .under(WORK)
 .help("What to do when the child exits: restart, release or exit")
+.choices(&["restart", "release", "exit"])
 .default("release");
 pub const CHILD_COMMAND: Spec = spec("command", "", "", "child.command")
     .no_flag()
@@ -317,11 +328,13 @@ pub const LOG_FORMAT: Spec = spec(
 .value("FORMAT")
 .under("Logging")
 .help("Log format: text or json")
+.choices(&["text", "json"])
 .default("text");
 pub const LOG_LEVEL: Spec = spec("log_level", "--log-level", "RUST_LOG", "log.level")
     .value("LEVEL")
     .under("Logging")
     .help("Log level or tracing filter, e.g. info or leaderd=debug")
+    .choices(&["error", "warn", "info", "debug", "trace", "off"])
     .default("info");
 
 /// Every option, in the order of `--help`, `check` and the docs.

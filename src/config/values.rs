@@ -192,6 +192,13 @@ const SIGNALS: &[(&str, i32)] = &[
     ("SIGKILL", signal_hook::consts::SIGKILL),
 ];
 
+#[cfg(test)]
+#[test]
+fn completions_offer_exactly_the_signals_leaderd_sends() {
+    let names: Vec<&str> = SIGNALS.iter().map(|(n, _)| *n).collect();
+    assert_eq!(super::options::STOP_SIGNAL.choices, names.as_slice());
+}
+
 impl Signal {
     pub const TERM: Signal = Signal {
         number: signal_hook::consts::SIGTERM,
