@@ -31,7 +31,7 @@ LABEL org.opencontainers.image.title="leaderd" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="MIT OR Apache-2.0" \
       org.opencontainers.image.base.name="scratch" \
-      org.opencontainers.image.documentation="README.md in the source tree"
+      org.opencontainers.image.documentation="README.md and docs/ in the source tree"
 COPY --from=build /out/rootfs/ /
 # 65532: an unprivileged uid/gid with no home and no shell (etc/passwd above).
 USER 65532:65532

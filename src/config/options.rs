@@ -1,7 +1,7 @@
 //! Every option, declared once: its flag, environment variable, TOML key,
 //! default (as documented) and help. The command line ([`crate::cli`]), the
 //! config file's schema (`file`), resolution and `check`'s printout
-//! (`resolve`) all read these rows; tests check the README's option table
+//! (`resolve`) all read these rows; tests check the manual's option table
 //! and the example config against them. Adding an option is one row here
 //! plus its parsing and validation where it is resolved.
 

@@ -453,11 +453,12 @@ fn a_password_on_the_command_line_is_warned_about() {
     assert!(plain.warnings.is_empty());
 }
 
-/// README's option table has a row naming each option's flag, environment
-/// variable and TOML key together, and no row for an option that is gone.
+/// The manual's option table (docs/configuration.md) has a row naming each
+/// option's flag, environment variable and TOML key together, and no row
+/// for an option that is gone.
 #[test]
-fn the_readme_option_table_matches_the_declarations() {
-    let readme = include_str!("../../README.md");
+fn the_documented_option_table_matches_the_declarations() {
+    let readme = include_str!("../../docs/configuration.md");
     let rows: Vec<&str> = readme
         .lines()
         .filter(|l| {
@@ -478,7 +479,7 @@ fn the_readme_option_table_matches_the_declarations() {
         assert!(
             rows.iter()
                 .any(|row| names.iter().all(|n| tokens(row).iter().any(|t| t == n))),
-            "README has no option-table row with {names:?}"
+            "docs/configuration.md has no option-table row with {names:?}"
         );
     }
     for row in &rows {
@@ -489,7 +490,7 @@ fn the_readme_option_table_matches_the_declarations() {
             .all(|t| options::ALL.iter().any(|s| s.flag == Some(t.as_str())));
         assert!(
             known,
-            "README documents an option leaderd does not have: {row}"
+            "docs/configuration.md documents an option leaderd does not have: {row}"
         );
     }
 }
