@@ -96,3 +96,18 @@ fn a_refused_login_is_retried_slowly_and_a_standby_exits_quietly() {
         .collect();
     assert!(noise.is_empty(), "a candidate that never led: {noise:#?}");
 }
+
+#[test]
+fn a_clean_shutdown_logs_no_warning() {
+    let redis = Redis::start();
+    let mut node = support::on_redis(&redis, "clean-exit", "a", support::FAST);
+    node.wait_leading(Duration::from_secs(5));
+    node.signal("TERM");
+    assert!(node.wait_exit(Duration::from_secs(5)).success());
+    let warnings: Vec<String> = node
+        .log()
+        .into_iter()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:#?}");
+}

@@ -135,7 +135,11 @@ async fn listen(
         let waiting = blpop.query_async::<Option<(String, String)>>(&mut conn);
         let popped = tokio::select! {
             popped = tokio::time::timeout(BLOCK + source.timeout, waiting) => popped,
-            _ = source.moved.changed() => return Err("the lease connection followed a failover".into()),
+            moved = source.moved.changed() => return match moved {
+                Ok(()) => Err("the lease connection followed a failover".into()),
+                // The lease side is gone: leaderd is shutting down.
+                Err(_) => Ok(()),
+            },
         };
         let popped = popped
             .map_err(|_| "no answer to BLPOP; the connection is presumed dead".to_string())?
