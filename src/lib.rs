@@ -12,7 +12,7 @@
 //!   lock file) and [`work`] (the child behind its guard, webhooks).
 //! - [`status`]: the snapshot the runner publishes; [`http`] serves it, with
 //!   [`metrics`]; [`admin`]: the local socket `leaderd step-down` talks to.
-//! - [`reference`]: completions and man pages from the clap definitions.
+//! - [`reference`](mod@reference): completions and man pages from the clap definitions.
 //! - [`shutdown`]: signals (caught before `main`) → cancellation tokens;
 //!   [`telemetry`]: logs through a queue that never blocks the loop.
 

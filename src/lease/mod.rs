@@ -2,7 +2,7 @@
 //! ownership token, and peek at who holds it, behind one trait,
 //! [`LeaseBackend`], whose documentation is the contract.
 //!
-//! Each backend is one module: [`file`] (the embedded lock file) and
+//! Each backend is one module: [`file`](mod@file) (the embedded lock file) and
 //! [`redis`] (one Redis server). A backend owns its connections, its
 //! wake-ups, its errors and their hints, and its part of `leaderd check`.
 //! [`open`] is the one place that chooses a backend from the configuration;

@@ -75,7 +75,8 @@ fn max_fds() -> Option<i64> {
 
 impl Collector for ProcessMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        if let Some(stat) = stat() {
+        let stat = stat();
+        if let Some(stat) = stat {
             let cpu = ConstCounter::new(stat.cpu_seconds);
             cpu.encode(encoder.encode_descriptor(
                 "process_cpu_seconds",
@@ -83,50 +84,33 @@ impl Collector for ProcessMetrics {
                 None,
                 cpu.metric_type(),
             )?)?;
-            let gauges = [
-                (
-                    "process_resident_memory_bytes",
-                    "Resident memory size in bytes",
-                    stat.resident_bytes,
-                ),
-                (
-                    "process_start_time_seconds",
-                    "Start time of the process since the Unix epoch in seconds",
-                    stat.start_time_seconds,
-                ),
-            ];
-            for (name, help, value) in gauges {
-                let gauge = ConstGauge::new(value);
-                gauge.encode(encoder.encode_descriptor(
-                    name,
-                    help,
-                    None,
-                    gauge.metric_type(),
-                )?)?;
-            }
         }
-        let counts = [
+        let gauges = [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                stat.map(|s| s.resident_bytes),
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since the Unix epoch in seconds",
+                stat.map(|s| s.start_time_seconds),
+            ),
             (
                 "process_open_fds",
                 "Number of open file descriptors",
-                open_fds(),
+                open_fds().map(|n| n as f64),
             ),
             (
                 "process_max_fds",
                 "Maximum number of open file descriptors",
-                max_fds(),
+                max_fds().map(|n| n as f64),
             ),
         ];
-        for (name, help, value) in counts {
-            if let Some(value) = value {
-                let gauge = ConstGauge::new(value);
-                gauge.encode(encoder.encode_descriptor(
-                    name,
-                    help,
-                    None,
-                    gauge.metric_type(),
-                )?)?;
-            }
+        for (name, help, value) in gauges {
+            let Some(value) = value else { continue };
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
         }
         Ok(())
     }

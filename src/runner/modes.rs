@@ -1,0 +1,76 @@
+//! The two ways out of the election besides a shutdown: run-once mode
+//! (`--wait`), and a step-down asked for over the admin socket.
+
+use crate::machine::{Event, Reason, State, StateName};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// `leaderd step-down`: the leader steps down; anyone else says so.
+pub(super) fn step_down(
+    state: &State,
+    request: crate::admin::Request,
+    hold: Duration,
+) -> Option<Event> {
+    use crate::admin::Reply;
+    let hold = request.hold.unwrap_or(hold);
+    match state.leading() {
+        Some(lease) => {
+            tracing::info!(hold = ?hold, fencing_token = lease.fencing_token, "step-down requested over the admin socket");
+            let _ = request.reply.send(Reply::SteppingDown {
+                fencing_token: lease.fencing_token,
+                hold,
+            });
+            Some(Event::StepDown {
+                hold,
+                reason: Reason::StepDownRequested,
+            })
+        }
+        None => {
+            let _ = request.reply.send(Reply::NotLeader {
+                state: state.name().as_str(),
+            });
+            None
+        }
+    }
+}
+
+/// Run-once mode (`--wait`): lead within the deadline and run the command
+/// once, or give up.
+pub(super) struct Once {
+    pub(super) deadline: Instant,
+    /// An acquire has been answered (so `--wait 0` is one real try).
+    pub(super) answered: bool,
+    /// The command was started: from now on its exit ends the run.
+    pub(super) started: bool,
+}
+
+/// Not leader within `--wait`: the command never ran (EX_TEMPFAIL).
+pub const EXIT_NOT_LEADER: i32 = 75;
+
+impl Once {
+    /// The exit code to end the run with, if the run-once outcome is known.
+    pub(super) fn verdict(&mut self, state: &State, shutdown_seen: bool) -> Option<i32> {
+        if shutdown_seen {
+            return None;
+        }
+        if !self.started {
+            if self.answered
+                && Instant::now() >= self.deadline
+                && state.leading().is_none()
+                && state.name() != StateName::Acquiring
+            {
+                tracing::info!("not leader within --wait: exiting without running the command");
+                self.started = true; // decided: nothing more to judge
+                return Some(EXIT_NOT_LEADER);
+            }
+            return None;
+        }
+        if state.name() == StateName::Waiting {
+            tracing::error!(
+                "the lease was lost while the command ran; it was stopped and is not run again"
+            );
+            return Some(1);
+        }
+        None
+    }
+}
