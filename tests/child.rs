@@ -34,35 +34,17 @@ fn child_runs_only_on_the_leader_once_per_term_across_renewals() {
     let log = probe_log("once");
     let probe = probe_child();
     let child = [probe.as_str(), p(&log)];
-    let a = with_child(
-        &redis,
-        "once",
-        "a",
-        // DEBUG: the renewals counted below are routine transitions.
-        &[
-            "--ttl",
-            "1s",
-            "--redis-timeout",
-            "200ms",
-            "--log-level",
-            "debug",
-        ],
-        &child,
-    );
-    let b = with_child(
-        &redis,
-        "once",
-        "b",
-        &[
-            "--ttl",
-            "1s",
-            "--redis-timeout",
-            "200ms",
-            "--log-level",
-            "debug",
-        ],
-        &child,
-    );
+    // DEBUG: the renewals counted below are routine transitions.
+    let args = [
+        "--ttl",
+        "1s",
+        "--redis-timeout",
+        "200ms",
+        "--log-level",
+        "debug",
+    ];
+    let a = with_child(&redis, "once", "a", &args, &child);
+    let b = with_child(&redis, "once", "b", &args, &child);
     let leader = eventually(Duration::from_secs(5), "a leader", || {
         [&a, &b].into_iter().find(|n| n.is_leader())
     });
