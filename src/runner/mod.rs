@@ -205,7 +205,10 @@ pub async fn run(
                 WorkEvent::CrashLoop { .. } => Event::StepDown { hold, reason: Reason::CrashLoop },
             }),
             Some(request) = admin.recv() => step_down(&state, request, hold),
-            _ = sleep_until(once.as_ref().map(|o| o.deadline)), if once.as_ref().is_some_and(|o| !o.started) => Some(Event::Tick),
+            // Once, at the deadline (a deadline in the past would fire at
+            // every turn of the loop); an answer after it is judged as it
+            // comes.
+            _ = sleep_until(once.as_ref().map(|o| o.deadline)), if once.as_ref().is_some_and(|o| !o.started && o.deadline > Instant::now()) => Some(Event::Tick),
             Some(()) = notices.recv() => Some(Event::ReleaseNotified),
             _ = sleep_until(wake), if wake.is_some() => Some(Event::Tick),
         };
