@@ -5,7 +5,7 @@
 
 use super::options;
 use super::resolve::{Layer, Origin, Resolver, Value};
-use super::values::{self, RedisUrl, Secret};
+use super::values::{self, RedisUrl, Secret, WaitReplicas};
 use super::{ConfigError, Sources};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,6 +17,8 @@ pub enum BackendConfig {
         url: RedisUrl,
         timeout: Duration,
         tls: RedisTls,
+        /// Replicas that must acknowledge each acquire and renewal.
+        wait: WaitReplicas,
     },
     /// `implicit` when no backend was configured and the embedded default is used.
     LockFile { path: PathBuf, implicit: bool },
@@ -141,6 +143,7 @@ pub(super) fn backend(
                     url: urls.value.remove(0),
                     timeout: Duration::ZERO,
                     tls: RedisTls::default(),
+                    wait: WaitReplicas::Count(0),
                 },
                 origin: urls.origin,
             }),
@@ -251,4 +254,23 @@ pub(super) fn redis_tls(
         }
     }
     Ok(tls)
+}
+
+/// `--redis-wait-replicas`: how many replicas must acknowledge each lease
+/// write before it counts.
+pub(super) fn redis_wait(
+    r: &Resolver<'_>,
+    note: &mut impl FnMut(&'static str, String, &Origin),
+) -> Result<WaitReplicas, ConfigError> {
+    let wait = r.scalar(&options::REDIS_WAIT_REPLICAS, values::parse_wait_replicas)?;
+    let (wait, origin) = match wait {
+        Some(v) => (v.value, v.origin),
+        None => (WaitReplicas::Count(0), Origin::Default("")),
+    };
+    let shown = match wait {
+        WaitReplicas::Count(n) => n.to_string(),
+        WaitReplicas::Auto => "auto".to_string(),
+    };
+    note("redis.wait_replicas", format!("{shown:?}"), &origin);
+    Ok(wait)
 }

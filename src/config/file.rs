@@ -108,7 +108,7 @@ impl ConfigFile {
                     let raw = if spec.list {
                         Raw::List(strings(value).map_err(at)?)
                     } else {
-                        Raw::Text(Text(text(value).map_err(at)?))
+                        Raw::Text(Text(text(spec, value).map_err(at)?))
                     };
                     let key = spec.key.expect("found by its key");
                     self.values.insert(key, At { value: raw, span });
@@ -133,10 +133,16 @@ fn known_keys() -> String {
 }
 
 /// A scalar option is written as a string; a bare number gets a hint,
-/// since `ttl = 10` is the most common mistake.
-fn text(value: &DeValue<'_>) -> Result<String, String> {
+/// since `ttl = 10` is the most common mistake. Counts (`N`, `N|auto`) may
+/// be bare integers.
+fn text(spec: &Spec, value: &DeValue<'_>) -> Result<String, String> {
     match value {
         DeValue::String(s) => Ok(s.to_string()),
+        DeValue::Integer(n)
+            if spec.value_name.starts_with('N') && !spec.value_name.contains('/') =>
+        {
+            Ok(n.to_string())
+        }
         DeValue::Integer(n) => Err(format!(
             "a bare number ({n}) is not accepted; write a quoted value with a unit, e.g. \"{n}s\" or \"{n}ms\""
         )),

@@ -180,6 +180,17 @@ pub const REDIS_TIMEOUT: Spec = spec(
 .under(BACKEND)
 .help("Timeout of every Redis command, TLS handshake included")
 .default("500ms");
+pub const REDIS_WAIT_REPLICAS: Spec = spec(
+    "redis_wait_replicas",
+    "--redis-wait-replicas",
+    "LEADERD_REDIS_WAIT_REPLICAS",
+    "redis.wait_replicas",
+)
+.value("N|auto")
+.under(BACKEND)
+.help("After each acquire and renewal, WAIT until N replicas acknowledged the write (auto: 1 when the primary has a connected replica); fewer → the attempt fails")
+.choices(&["0", "1", "2", "auto"])
+.default("0");
 pub const TTL: Spec = spec("ttl", "--ttl", "LEADERD_TTL", "lease.ttl")
     .value("DUR")
     .under(TIMING)
@@ -338,7 +349,7 @@ pub const LOG_LEVEL: Spec = spec("log_level", "--log-level", "RUST_LOG", "log.le
     .default("info");
 
 /// Every option, in the order of `--help`, `check` and the docs.
-pub const ALL: [&Spec; 28] = [
+pub const ALL: [&Spec; 29] = [
     &CONFIG,
     &KEY,
     &ID,
@@ -349,6 +360,7 @@ pub const ALL: [&Spec; 28] = [
     &REDIS_TLS_CERT,
     &REDIS_TLS_KEY,
     &REDIS_TIMEOUT,
+    &REDIS_WAIT_REPLICAS,
     &TTL,
     &RENEW_INTERVAL,
     &RENEW_DEADLINE,

@@ -1,7 +1,7 @@
 //! Precedence and validation: picks each option from flag > environment >
 //! file > default, parses it, then checks the relations between options.
 
-use super::backend::{backend, redis_tls};
+use super::backend::{backend, redis_tls, redis_wait};
 use super::file::At;
 use super::options::{self, Spec};
 use super::sections::{admin, child, webhook};
@@ -266,7 +266,9 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
     let backend = match backend.value {
         BackendConfig::Redis { url, .. } => {
             let tls = redis_tls(&r, s, &url, &mut warnings, &mut note)?;
+            let wait = redis_wait(&r, &mut note)?;
             BackendConfig::Redis {
+                wait,
                 url,
                 timeout: redis_timeout.value,
                 tls,

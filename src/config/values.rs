@@ -286,6 +286,23 @@ pub fn parse_log_level(text: &str) -> Result<String, String> {
         .map_err(|e| format!("`{trimmed}` is not a log filter ({e}); {hint}"))
 }
 
+/// How many replicas must acknowledge a lease write (`WAIT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitReplicas {
+    Count(u32),
+    /// One when the primary reports a connected replica, else none.
+    Auto,
+}
+
+pub fn parse_wait_replicas(text: &str) -> Result<WaitReplicas, String> {
+    match text.trim() {
+        "auto" => Ok(WaitReplicas::Auto),
+        n => n.parse::<u32>().map(WaitReplicas::Count).map_err(|_| {
+            format!("`{n}` is not a replica count; use 0 (no WAIT), a number such as 1, or auto")
+        }),
+    }
+}
+
 /// `N/DUR` (at most N restarts within DUR), or `off`.
 pub fn parse_restart_limit(text: &str) -> Result<Option<(u32, std::time::Duration)>, String> {
     let trimmed = text.trim();

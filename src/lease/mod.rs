@@ -106,6 +106,16 @@ pub enum Error {
     },
     #[error("unexpected reply from {backend}: {detail}")]
     Unexpected { backend: String, detail: String },
+    /// The write reached the primary but too few replicas acknowledged it
+    /// (`WAIT`): a failover now could hand the lease to another candidate.
+    #[error(
+        "{backend}: only {acknowledged} of {asked} replica(s) acknowledged the lease write in time; a failover could lose it, so the attempt counts as failed (check the replicas' links, or lower --redis-wait-replicas)"
+    )]
+    UnderReplicated {
+        backend: String,
+        asked: u32,
+        acknowledged: u32,
+    },
     #[error("lock file {path}: {detail}")]
     File { path: String, detail: String },
     /// The lease's key holds something nobody can take over (a value leaderd

@@ -17,6 +17,7 @@ impl Report {
         fn failed(e: &lease::Error) -> &'static str {
             match e {
                 lease::Error::Timeout { .. } => "timeout",
+                lease::Error::UnderReplicated { .. } => "under_replicated",
                 _ => "error",
             }
         }

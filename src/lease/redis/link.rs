@@ -1,12 +1,12 @@
 //! The connection to one Redis server: made on demand, every call bounded
 //! by one timeout, failures classified, and a connection that is broken or
-//! keeps timing out replaced.
+//! keeps timing out replaced. Lease writes can be followed, in the same
+//! round trip, by `WAIT` for replica acknowledgements.
 
 use super::Error;
+use crate::config::WaitReplicas;
 use redis::aio::MultiplexedConnection;
-use redis::{
-    AsyncConnectionConfig, ErrorKind, RedisError, ScriptInvocation, ServerErrorKind, Value,
-};
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -16,7 +16,7 @@ use tokio::time::Instant;
 const REPLACE_AFTER_TIMEOUTS: u32 = 2;
 
 /// The ACL leaderd needs, for the hint of a refused permission.
-pub(super) const ACL_HINT: &str = "check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +rpush +blpop +ping";
+pub(super) const ACL_HINT: &str = "check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +rpush +blpop +ping (and +wait +role with --redis-wait-replicas)";
 
 /// The connection to Redis: made on demand, replaced when broken or when it
 /// keeps timing out.
@@ -34,53 +34,76 @@ pub(super) struct Link {
     /// Counts connections dropped because the node was no longer a writable
     /// primary; the wake-up listener follows it to the new one.
     pub(super) moved: tokio::sync::watch::Sender<u64>,
+    /// Replicas that must acknowledge a lease write.
+    pub(super) wait: WaitReplicas,
+    /// Replicas the primary reported connected at the last look (`ROLE`),
+    /// for `WaitReplicas::Auto`.
+    pub(super) replicas: Option<u32>,
+}
+
+/// How many replicas acknowledged a lease write, of how many asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct Replication {
+    pub(super) asked: u32,
+    pub(super) acknowledged: u32,
+}
+
+impl Replication {
+    /// The error for a write acknowledged by too few replicas.
+    pub(super) fn shortfall(&self, url: &str) -> Option<Error> {
+        (self.acknowledged < self.asked).then(|| Error::UnderReplicated {
+            backend: url.to_string(),
+            asked: self.asked,
+            acknowledged: self.acknowledged,
+        })
+    }
 }
 
 impl Link {
-    /// Runs one script call: connects if needed, bounds everything by the
-    /// timeout, classifies failures, and drops a connection that is broken
-    /// or keeps timing out so the next call starts on a fresh one.
-    pub(super) async fn invoke(&mut self, call: &ScriptInvocation<'_>) -> Result<Value, Error> {
-        let deadline = Instant::now() + self.timeout;
-        let timed_out = || Error::Timeout {
-            backend: self.url.clone(),
-            timeout: self.timeout,
+    /// One script call that only reads, or whose durability does not
+    /// matter (release: a lost release only delays the next leader).
+    pub(super) async fn invoke(&mut self, call: &Cmd) -> Result<Value, Error> {
+        self.exchange(call, 0).await.map(|(value, _)| value)
+    }
+
+    /// A lease write (acquire, renew), followed in the same round trip by
+    /// `WAIT` when replicas must acknowledge it (it cannot run inside the
+    /// script, and inside MULTI it would return at once).
+    pub(super) async fn write(&mut self, call: &Cmd) -> Result<(Value, Replication), Error> {
+        let asked = match self.wait {
+            WaitReplicas::Count(n) => n,
+            WaitReplicas::Auto => self.replicas.unwrap_or(0).min(1),
         };
+        self.exchange(call, asked).await
+    }
+
+    /// Connects if needed, sends `call` (and `WAIT asked`, and `ROLE` to
+    /// keep the replica count current under `auto`), all bounded by the
+    /// timeout; classifies failures, and drops a connection that is broken
+    /// or keeps timing out so the next call starts on a fresh one.
+    async fn exchange(&mut self, call: &Cmd, asked: u32) -> Result<(Value, Replication), Error> {
+        let deadline = Instant::now() + self.timeout;
         let mut conn = match self.conn.clone() {
             Some(conn) => conn,
-            None => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(self.timeout));
-                let connecting = self
-                    .client
-                    .get_multiplexed_async_connection_with_config(&config);
-                match tokio::time::timeout_at(deadline, connecting).await {
-                    Ok(Ok(mut conn)) => {
-                        let mut load = redis::pipe();
-                        for source in &self.preload {
-                            load.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
-                        }
-                        // Best effort: EVALSHA still reloads after NOSCRIPT.
-                        let loading = load.query_async::<()>(&mut conn);
-                        if let Ok(Err(e)) = tokio::time::timeout_at(deadline, loading).await {
-                            tracing::debug!(error = %e, "could not preload the lease scripts");
-                        }
-                        self.conn.insert(conn).clone()
-                    }
-                    Ok(Err(e)) => return Err(classify(e, &self.url, self.timeout)),
-                    Err(_) => return Err(timed_out()),
-                }
-            }
+            None => match self.connect(deadline).await {
+                Ok(conn) => conn,
+                Err(e) => return Err(e),
+            },
         };
-        let (result, timed_out_now, broken) = match tokio::time::timeout_at(
-            deadline,
-            call.invoke_async(&mut conn),
-        )
-        .await
+        let mut result = self.send(&mut conn, call, asked, deadline).await;
+        if let Err(e) = &result
+            && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
         {
-            Ok(Ok(value)) => (Ok(value), false, false),
-            Ok(Err(e)) => {
+            // SCRIPT FLUSH, or a node that never had them: load and resend.
+            let loaded = self.load_scripts(&mut conn, deadline).await;
+            result = match loaded {
+                Ok(()) => self.send(&mut conn, call, asked, deadline).await,
+                Err(e) => Err(e),
+            };
+        }
+        let (result, timed_out_now, broken) = match result {
+            Ok(sent) => (Ok(sent), false, false),
+            Err(e) => {
                 let moved = not_a_writable_primary(&e);
                 if moved {
                     // A managed failover moves the DNS name to the new
@@ -95,7 +118,6 @@ impl Link {
                 let timed_out = e.is_timeout();
                 (Err(classify(e, &self.url, self.timeout)), timed_out, broken)
             }
-            Err(_) => (Err(timed_out()), true, false),
         };
         self.timeouts_in_a_row = if timed_out_now {
             self.timeouts_in_a_row + 1
@@ -107,6 +129,123 @@ impl Link {
             self.timeouts_in_a_row = 0;
         }
         result
+    }
+
+    async fn connect(&mut self, deadline: Instant) -> Result<MultiplexedConnection, Error> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
+        let connecting = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config);
+        let mut conn = match tokio::time::timeout_at(deadline, connecting).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(classify(e, &self.url, self.timeout)),
+            Err(_) => return Err(self.timed_out()),
+        };
+        // Best effort: a script that is missing is loaded after NOSCRIPT.
+        if let Err(e) = self.load_scripts(&mut conn, deadline).await {
+            tracing::debug!(error = %e, "could not preload the lease scripts");
+        }
+        if self.wait == WaitReplicas::Auto {
+            let role_cmd = redis::cmd("ROLE");
+            let role = role_cmd.query_async::<Value>(&mut conn);
+            if let Ok(Ok(role)) = tokio::time::timeout_at(deadline, role).await {
+                self.replicas = connected_replicas(&role);
+            }
+        }
+        Ok(self.conn.insert(conn).clone())
+    }
+
+    /// So that the first call after a (re)connect is one round trip, not
+    /// three (EVALSHA → NOSCRIPT → SCRIPT LOAD → EVALSHA).
+    async fn load_scripts(
+        &self,
+        conn: &mut MultiplexedConnection,
+        deadline: Instant,
+    ) -> Result<(), RedisError> {
+        let mut load = redis::pipe();
+        for source in &self.preload {
+            load.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
+        }
+        match tokio::time::timeout_at(deadline, load.query_async::<()>(conn)).await {
+            Ok(result) => result,
+            Err(_) => Err((ErrorKind::Io, "timed out loading the scripts").into()),
+        }
+    }
+
+    async fn send(
+        &mut self,
+        conn: &mut MultiplexedConnection,
+        call: &Cmd,
+        asked: u32,
+        deadline: Instant,
+    ) -> Result<(Value, Replication), RedisError> {
+        let timed_out = || RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        let auto = self.wait == WaitReplicas::Auto;
+        if asked == 0 && !auto {
+            return match tokio::time::timeout_at(deadline, call.query_async::<Value>(conn)).await {
+                Ok(result) => result.map(|v| (v, Replication::default())),
+                Err(_) => Err(timed_out()),
+            };
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(call.clone());
+        if asked > 0 {
+            // Out of the backend timeout: WAIT's reply must arrive in time.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let wait_ms = (left.as_millis() as u64 * 3 / 4).max(1);
+            pipe.cmd("WAIT").arg(asked).arg(wait_ms);
+        }
+        if auto {
+            pipe.cmd("ROLE");
+        }
+        let replies =
+            match tokio::time::timeout_at(deadline, pipe.query_async::<Vec<Value>>(conn)).await {
+                Ok(result) => result?,
+                Err(_) => return Err(timed_out()),
+            };
+        let mut replies = replies.into_iter();
+        let value = replies.next().unwrap_or(Value::Nil);
+        let acknowledged = if asked > 0 {
+            match replies.next() {
+                Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+                _ => 0,
+            }
+        } else {
+            0
+        };
+        if let Some(role) = replies.next() {
+            self.replicas = connected_replicas(&role);
+        }
+        Ok((
+            value,
+            Replication {
+                asked,
+                acknowledged,
+            },
+        ))
+    }
+
+    fn timed_out(&self) -> Error {
+        Error::Timeout {
+            backend: self.url.clone(),
+            timeout: self.timeout,
+        }
+    }
+}
+
+/// Connected replicas from a `ROLE` reply (`master`, offset, replicas);
+/// `None` when the node is not a primary.
+pub(super) fn connected_replicas(role: &Value) -> Option<u32> {
+    let Value::Array(items) = role else {
+        return None;
+    };
+    match items.as_slice() {
+        [Value::BulkString(kind), _, Value::Array(replicas), ..] if kind == b"master" => {
+            Some(replicas.len() as u32)
+        }
+        _ => None,
     }
 }
 

@@ -7,50 +7,20 @@
 //! under one overall timeout.
 
 mod link;
+mod script;
 mod tls;
 pub mod wake;
 
 use super::{Acquire, BoxFuture, Error, Holder, LeaseBackend, Peek, Renew, new_token};
-use crate::config::{BackendConfig, Config, RedisUrl};
+use crate::config::{BackendConfig, Config, RedisUrl, WaitReplicas};
 use link::{Link, classify};
-use redis::{Script, Value};
+use redis::Value;
+use script::{Reply, Scripts, eval, parse_reply, unexpected};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-
-const HOLDER: &str = include_str!("lua/holder.lua");
-
-struct Scripts {
-    acquire: Script,
-    renew: Script,
-    release: Script,
-    peek: Script,
-    /// Every script's source, loaded on each new connection.
-    sources: Vec<String>,
-}
-
-impl Scripts {
-    fn new() -> Self {
-        let sources: Vec<String> = [
-            include_str!("lua/acquire.lua"),
-            include_str!("lua/renew.lua"),
-            include_str!("lua/release.lua"),
-            include_str!("lua/peek.lua"),
-        ]
-        .iter()
-        .map(|body| format!("{HOLDER}\n{body}"))
-        .collect();
-        Scripts {
-            acquire: Script::new(&sources[0]),
-            renew: Script::new(&sources[1]),
-            release: Script::new(&sources[2]),
-            peek: Script::new(&sources[3]),
-            sources,
-        }
-    }
-}
 
 pub struct RedisLease {
     link: Link,
@@ -92,7 +62,13 @@ pub fn keys(key: &str) -> Keys {
 impl RedisLease {
     /// The Redis backend of `config` (see [`super::open`]).
     pub fn open(config: &Config) -> Result<Self, Error> {
-        let BackendConfig::Redis { url, timeout, tls } = &config.backend else {
+        let BackendConfig::Redis {
+            url,
+            timeout,
+            tls,
+            wait,
+        } = &config.backend
+        else {
             unreachable!("lease::open passes only a Redis configuration")
         };
         let client = tls::client(url, tls)?;
@@ -104,6 +80,7 @@ impl RedisLease {
             &config.id,
             config.timing.ttl,
         );
+        lease.link.wait = *wait;
         lease.config = Some(config.clone());
         Ok(lease)
     }
@@ -132,6 +109,8 @@ impl RedisLease {
                 url: url.redacted().to_string(),
                 timeouts_in_a_row: 0,
                 moved: tokio::sync::watch::Sender::new(0),
+                wait: WaitReplicas::Count(0),
+                replicas: None,
             },
             lease_key,
             fence_key,
@@ -166,27 +145,22 @@ impl RedisLease {
     async fn acquire_op(&mut self) -> Result<Acquire, Error> {
         let token = self.token.get_or_insert_with(new_token).clone();
         let sent_at = Instant::now();
-        let mut call = self.scripts.acquire.key(&self.lease_key);
-        call.key(&self.fence_key)
-            .arg(&token)
-            .arg(&self.id_json)
-            .arg(self.ttl_ms)
-            .arg(self.highest_fencing);
-        let reply = match self
-            .link
-            .invoke(&call)
-            .await
-            .map_err(|e| self.wrong_type(e))
-        {
-            Ok(reply) => reply,
-            Err(e) => {
-                if let Error::Blocked { .. } = e {
-                    // The script failed before writing: this token did not win.
-                    self.token = None;
+        let call = eval(
+            &self.scripts.acquire,
+            &[&self.lease_key, &self.fence_key],
+            &[&token, &self.id_json, &self.ttl_ms, &self.highest_fencing],
+        );
+        let (reply, replication) =
+            match self.link.write(&call).await.map_err(|e| self.wrong_type(e)) {
+                Ok(written) => written,
+                Err(e) => {
+                    if let Error::Blocked { .. } = e {
+                        // The script failed before writing: this token did not win.
+                        self.token = None;
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
-        };
+            };
         match parse_reply(&reply, &self.link.url)? {
             Reply::Held(holder, expires_in) if self.blocked(&holder, expires_in).is_some() => {
                 self.token = None;
@@ -194,6 +168,13 @@ impl RedisLease {
             }
             Reply::Ours(fencing_token) => {
                 self.highest_fencing = self.highest_fencing.max(fencing_token);
+                if let Some(short) = replication.shortfall(&self.link.url) {
+                    // Not acknowledged by enough replicas: a failover now
+                    // could hand the lease to another. Give it back (owner-
+                    // checked, on the same primary) and fail the attempt.
+                    let _ = self.release_op().await;
+                    return Err(short);
+                }
                 Ok(Acquire::Won {
                     fencing_token,
                     sent_at,
@@ -219,11 +200,19 @@ impl RedisLease {
             return Ok(Renew::Lost { holder: None });
         };
         let sent_at = Instant::now();
-        let mut call = self.scripts.renew.key(&self.lease_key);
-        call.arg(&token).arg(self.ttl_ms);
-        let reply = self.link.invoke(&call).await?;
+        let call = eval(
+            &self.scripts.renew,
+            &[&self.lease_key],
+            &[&token, &self.ttl_ms],
+        );
+        let (reply, replication) = self.link.write(&call).await?;
         match parse_reply(&reply, &self.link.url)? {
-            Reply::Ours(_) => Ok(Renew::Renewed { sent_at }),
+            // Too few acknowledgements: a failed renewal (not a lost one),
+            // so a leader whose replicas stay away steps down at its deadline.
+            Reply::Ours(_) => match replication.shortfall(&self.link.url) {
+                Some(short) => Err(short),
+                None => Ok(Renew::Renewed { sent_at }),
+            },
             Reply::Held(holder, _) => {
                 self.token = None;
                 self.observe(&holder);
@@ -236,12 +225,16 @@ impl RedisLease {
         let Some(token) = self.token.clone() else {
             return Ok(false);
         };
-        let mut call = self.scripts.release.key(&self.lease_key);
-        call.key(&self.wake_key)
-            .arg(&token)
-            .arg(&self.channel)
-            .arg(wake::WAKE_COPIES)
-            .arg(wake::WAKE_LINGER.as_millis() as u64);
+        let call = eval(
+            &self.scripts.release,
+            &[&self.lease_key, &self.wake_key],
+            &[
+                &token,
+                &self.channel,
+                &wake::WAKE_COPIES,
+                &(wake::WAKE_LINGER.as_millis() as u64),
+            ],
+        );
         let reply = self.link.invoke(&call).await?;
         self.token = None;
         match reply {
@@ -252,7 +245,7 @@ impl RedisLease {
     }
 
     async fn peek_op(&mut self) -> Result<Peek, Error> {
-        let call = self.scripts.peek.key(&self.lease_key);
+        let call = eval(&self.scripts.peek, &[&self.lease_key], &[]);
         let reply = self
             .link
             .invoke(&call)
@@ -370,7 +363,9 @@ impl LeaseBackend for RedisLease {
             }
             scratch.probe_wake_queue().await?;
             let mut lines = Vec::new();
-            if let BackendConfig::Redis { url, timeout, tls } = &scratch_config.backend
+            if let BackendConfig::Redis {
+                url, timeout, tls, ..
+            } = &scratch_config.backend
                 && url.is_tls()
             {
                 lines.extend(tls::report(url, tls, *timeout).await?);
@@ -381,47 +376,6 @@ impl LeaseBackend for RedisLease {
             ));
             Ok(lines)
         })
-    }
-}
-
-enum Reply {
-    Ours(u64),
-    Held(Option<Holder>, Option<Duration>),
-}
-
-fn unexpected(url: &str, value: &Value) -> Error {
-    Error::Unexpected {
-        backend: url.to_string(),
-        detail: format!("{value:?}"),
-    }
-}
-
-/// `{1, fencing}` / `{1}` mean ours; `{0, id, fencing, pttl}` someone else's
-/// (pttl −2: vacant, −1: no expiry). Anything else is an error, never success.
-fn parse_reply(value: &Value, url: &str) -> Result<Reply, Error> {
-    let bad = || unexpected(url, value);
-    let Value::Array(items) = value else {
-        return Err(bad());
-    };
-    match items.as_slice() {
-        [Value::Int(1)] => Ok(Reply::Ours(0)),
-        [Value::Int(1), Value::Int(f)] if *f > 0 => Ok(Reply::Ours(*f as u64)),
-        [Value::Int(0), id, fencing, Value::Int(pttl)] => {
-            let id = match id {
-                Value::Nil => None,
-                Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                _ => return Err(bad()),
-            };
-            let fencing_token = match fencing {
-                Value::Nil => None,
-                Value::Int(n) if *n > 0 => Some(*n as u64),
-                _ => return Err(bad()),
-            };
-            let expires_in = (*pttl >= 0).then(|| Duration::from_millis(*pttl as u64));
-            let holder = (*pttl != -2).then_some(Holder { id, fencing_token });
-            Ok(Reply::Held(holder, expires_in))
-        }
-        _ => Err(bad()),
     }
 }
 
@@ -436,39 +390,5 @@ mod tests {
         assert_eq!(k.fence, "leaderd:{jobs}:fence");
         assert_eq!(k.wake, "leaderd:{jobs}:wake");
         assert_eq!(k.channel, "leaderd:{jobs}:released");
-    }
-
-    #[test]
-    fn odd_replies_are_errors_never_success() {
-        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        for odd in [
-            Value::Int(1),
-            Value::Nil,
-            Value::Array(vec![]),
-            Value::Array(vec![Value::Int(1), b("7")]),
-            Value::Array(vec![Value::Int(2)]),
-            Value::Array(vec![
-                Value::Int(0),
-                Value::Int(3),
-                Value::Nil,
-                Value::Int(5),
-            ]),
-            Value::Array(vec![Value::Int(1), Value::Int(-4)]),
-        ] {
-            assert!(parse_reply(&odd, "redis://x").is_err(), "{odd:?}");
-        }
-        let held = Value::Array(vec![Value::Int(0), b("a"), Value::Int(9), Value::Int(1500)]);
-        let Ok(Reply::Held(Some(h), Some(left))) = parse_reply(&held, "r") else {
-            panic!()
-        };
-        assert_eq!(
-            (h.id.as_deref(), h.fencing_token, left),
-            (Some("a"), Some(9), Duration::from_millis(1500))
-        );
-        let vacant = Value::Array(vec![Value::Int(0), Value::Nil, Value::Nil, Value::Int(-2)]);
-        assert!(matches!(
-            parse_reply(&vacant, "r"),
-            Ok(Reply::Held(None, None))
-        ));
     }
 }
