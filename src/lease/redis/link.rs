@@ -63,25 +63,21 @@ impl Link {
     /// One script call that only reads, or whose durability does not
     /// matter (release: a lost release only delays the next leader).
     pub(super) async fn invoke(&mut self, call: &Cmd) -> Result<Value, Error> {
-        self.exchange(call, 0).await.map(|(value, _)| value)
+        self.exchange(call, false).await.map(|(value, _)| value)
     }
 
     /// A lease write (acquire, renew), followed in the same round trip by
     /// `WAIT` when replicas must acknowledge it (it cannot run inside the
     /// script, and inside MULTI it would return at once).
     pub(super) async fn write(&mut self, call: &Cmd) -> Result<(Value, Replication), Error> {
-        let asked = match self.wait {
-            WaitReplicas::Count(n) => n,
-            WaitReplicas::Auto => self.replicas.unwrap_or(0).min(1),
-        };
-        self.exchange(call, asked).await
+        self.exchange(call, true).await
     }
 
-    /// Connects if needed, sends `call` (and `WAIT asked`, and `ROLE` to
-    /// keep the replica count current under `auto`), all bounded by the
+    /// Connects if needed, sends `call` (and for a write `WAIT`, and `ROLE`
+    /// to keep the replica count current under `auto`), all bounded by the
     /// timeout; classifies failures, and drops a connection that is broken
     /// or keeps timing out so the next call starts on a fresh one.
-    async fn exchange(&mut self, call: &Cmd, asked: u32) -> Result<(Value, Replication), Error> {
+    async fn exchange(&mut self, call: &Cmd, write: bool) -> Result<(Value, Replication), Error> {
         let deadline = Instant::now() + self.timeout;
         let mut conn = match self.conn.clone() {
             Some(conn) => conn,
@@ -89,6 +85,13 @@ impl Link {
                 Ok(conn) => conn,
                 Err(e) => return Err(e),
             },
+        };
+        // After connecting: `auto` counts the replicas the primary reported
+        // then (or at the previous call).
+        let asked = match (write, self.wait) {
+            (false, _) => 0,
+            (true, WaitReplicas::Count(n)) => n,
+            (true, WaitReplicas::Auto) => self.replicas.unwrap_or(0).min(1),
         };
         let mut result = self.send(&mut conn, call, asked, deadline).await;
         if let Err(e) = &result
