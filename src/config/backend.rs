@@ -260,11 +260,14 @@ pub(super) fn redis_tls(
 /// write before it counts.
 pub(super) fn redis_wait(
     r: &Resolver<'_>,
+    url: &RedisUrl,
     note: &mut impl FnMut(&'static str, String, &Origin),
 ) -> Result<WaitReplicas, ConfigError> {
     let wait = r.scalar(&options::REDIS_WAIT_REPLICAS, values::parse_wait_replicas)?;
+    // Sentinel means replicas: wait for one whenever there is one.
     let (wait, origin) = match wait {
         Some(v) => (v.value, v.origin),
+        None if url.sentinel().is_some() => (WaitReplicas::Auto, Origin::Default("Sentinel: auto")),
         None => (WaitReplicas::Count(0), Origin::Default("")),
     };
     let shown = match wait {

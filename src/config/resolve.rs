@@ -266,7 +266,7 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
     let backend = match backend.value {
         BackendConfig::Redis { url, .. } => {
             let tls = redis_tls(&r, s, &url, &mut warnings, &mut note)?;
-            let wait = redis_wait(&r, &mut note)?;
+            let wait = redis_wait(&r, &url, &mut note)?;
             BackendConfig::Redis {
                 wait,
                 url,

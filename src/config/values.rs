@@ -45,9 +45,15 @@ impl RedisUrl {
     pub fn expose(&self) -> &str {
         self.full.expose()
     }
-    /// `rediss://`: TLS.
+    /// `rediss://` or `rediss+sentinel://`: TLS.
     pub fn is_tls(&self) -> bool {
-        self.full.expose().starts_with("rediss://")
+        let url = self.full.expose();
+        url.starts_with("rediss://") || url.starts_with("rediss+sentinel://")
+    }
+    /// The Sentinel deployment this URL names, if it is a
+    /// `redis[s]+sentinel://` URL (checked when it was parsed).
+    pub fn sentinel(&self) -> Option<SentinelUrl> {
+        parse_sentinel(self.full.expose()).ok().flatten()
     }
     /// It carries a password (what redaction hid).
     pub fn has_password(&self) -> bool {
@@ -103,6 +109,13 @@ pub fn redact_url(text: &str) -> String {
 /// that never repeats the password.
 pub fn parse_redis_url(text: &str) -> Result<RedisUrl, String> {
     let redacted = redact_url(text);
+    if text.starts_with("redis+sentinel://") || text.starts_with("rediss+sentinel://") {
+        parse_sentinel(text).map_err(|e| format!("`{redacted}`: {e}"))?;
+        return Ok(RedisUrl {
+            full: Secret::new(text),
+            redacted,
+        });
+    }
     let parsed = url::Url::parse(text).map_err(|e| {
         format!(
             "`{redacted}` is not a valid URL ({e}); expected redis://[user:password@]host:port/db or rediss://… (percent-encode `/ # ? @ %` in a password, e.g. `/` as %2F)"
@@ -116,14 +129,9 @@ pub fn parse_redis_url(text: &str) -> Result<RedisUrl, String> {
             ));
         }
         "rediss" => {}
-        "redis+sentinel" => {
-            return Err(format!(
-                "`{redacted}`: Redis Sentinel is not supported yet; point --redis at the current master"
-            ));
-        }
         other => {
             return Err(format!(
-                "`{redacted}` has scheme `{other}`; expected redis://[user:password@]host:port/db or rediss://…"
+                "`{redacted}` has scheme `{other}`; expected redis://[user:password@]host:port/db, rediss://…, or redis+sentinel://host1:26379,host2:26379,host3:26379/SERVICE"
             ));
         }
     }
@@ -153,6 +161,105 @@ pub fn parse_redis_url(text: &str) -> Result<RedisUrl, String> {
         full: Secret::new(text),
         redacted,
     })
+}
+
+/// A Sentinel deployment: the sentinels to ask, the service (master name)
+/// they monitor, and how to reach the master they agree on.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SentinelUrl {
+    pub sentinels: Vec<(String, u16)>,
+    pub service: String,
+    pub db: u16,
+    /// `user:password@`, as written (percent-encoded), for the data nodes.
+    pub userinfo: Option<String>,
+    pub tls: bool,
+}
+
+impl SentinelUrl {
+    /// The URL of a data node at `host:port` with this URL's credentials,
+    /// database and TLS.
+    pub fn node_url(&self, host: &str, port: u16) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        let userinfo = self
+            .userinfo
+            .as_ref()
+            .map_or(String::new(), |u| format!("{u}@"));
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.to_string()
+        };
+        format!("{scheme}://{userinfo}{host}:{port}/{}", self.db)
+    }
+}
+
+const SENTINEL_FORM: &str =
+    "expected redis+sentinel://[user:password@]host1:26379,host2:26379,host3:26379/SERVICE[/DB]";
+
+/// `redis[s]+sentinel://[userinfo@]h1:p1,h2:p2/SERVICE[/DB]`; `None` for
+/// any other scheme.
+fn parse_sentinel(text: &str) -> Result<Option<SentinelUrl>, String> {
+    let (tls, rest) = if let Some(rest) = text.strip_prefix("redis+sentinel://") {
+        (false, rest)
+    } else if let Some(rest) = text.strip_prefix("rediss+sentinel://") {
+        (true, rest)
+    } else {
+        return Ok(None);
+    };
+    // The userinfo ends at the last `@` (a password may hold `/`).
+    let (userinfo, rest) = match rest.rfind('@') {
+        Some(at) => (Some(rest[..at].to_string()), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let (hosts, path) = rest
+        .split_once('/')
+        .ok_or_else(|| format!("no service name; {SENTINEL_FORM}"))?;
+    let mut sentinels = Vec::new();
+    for host in hosts.split(',') {
+        let parsed = url::Url::parse(&format!("redis://{host}"))
+            .ok()
+            .filter(|u| u.host_str().is_some_and(|h| !h.is_empty()) && u.path().len() <= 1);
+        let Some(parsed) = parsed else {
+            return Err(format!(
+                "`{host}` is not a sentinel address (host:port); {SENTINEL_FORM}"
+            ));
+        };
+        let host = parsed
+            .host_str()
+            .expect("checked")
+            .trim_matches(['[', ']'])
+            .to_string();
+        sentinels.push((host, parsed.port().unwrap_or(26379)));
+    }
+    let mut parts = path.split('/');
+    let service = parts.next().unwrap_or_default().to_string();
+    if service.is_empty() {
+        return Err(format!("no service name; {SENTINEL_FORM}"));
+    }
+    let db = match parts.next() {
+        None | Some("") => 0,
+        Some(db) => db
+            .parse::<u16>()
+            .map_err(|_| format!("`{db}` is not a database number; {SENTINEL_FORM}"))?,
+    };
+    if parts.next().is_some() || service.contains(['?', '#']) {
+        return Err(format!(
+            "unexpected text after the service and database; {SENTINEL_FORM}"
+        ));
+    }
+    if sentinels.len() < 3 {
+        return Err(format!(
+            "{} sentinel(s) given; leaderd follows the master a majority of the sentinels names, so give at least three (every sentinel of the deployment)",
+            sentinels.len()
+        ));
+    }
+    Ok(Some(SentinelUrl {
+        sentinels,
+        service,
+        db,
+        userinfo,
+        tls,
+    }))
 }
 
 /// Parses a duration with a unit (`500ms`, `10s`, `1m`, `1m30s`). A bare number

@@ -4,7 +4,8 @@
 //! round trip, by `WAIT` for replica acknowledgements.
 
 use super::Error;
-use crate::config::WaitReplicas;
+use super::sentinel::Sentinels;
+use crate::config::{RedisTls, WaitReplicas};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use std::time::Duration;
@@ -21,7 +22,15 @@ pub(super) const ACL_HINT: &str = "check the user and password in the Redis URL,
 /// The connection to Redis: made on demand, replaced when broken or when it
 /// keeps timing out.
 pub(super) struct Link {
-    pub(super) client: redis::Client,
+    /// The node to talk to (`None` until a Sentinel master is known).
+    /// Replaced when Sentinel names a new master, and signalled when the
+    /// node is found no longer a writable primary: the wake-up listener
+    /// follows it.
+    pub(super) target: tokio::sync::watch::Sender<Option<redis::Client>>,
+    /// Under Sentinel: the sentinels, asked before every operation, the
+    /// master they named last, and the TLS material for a new master.
+    pub(super) sentinels: Option<(Sentinels, RedisTls)>,
+    pub(super) master: Option<(String, u16)>,
     /// Script sources to load on each new connection, so that the first
     /// release or renewal after a (re)connect is one round trip, not three
     /// (EVALSHA → NOSCRIPT → SCRIPT LOAD → EVALSHA).
@@ -31,9 +40,6 @@ pub(super) struct Link {
     /// The URL with its password redacted, for messages.
     pub(super) url: String,
     pub(super) timeouts_in_a_row: u32,
-    /// Counts connections dropped because the node was no longer a writable
-    /// primary; the wake-up listener follows it to the new one.
-    pub(super) moved: tokio::sync::watch::Sender<u64>,
     /// Replicas that must acknowledge a lease write.
     pub(super) wait: WaitReplicas,
     /// Replicas the primary reported connected at the last look (`ROLE`),
@@ -79,6 +85,7 @@ impl Link {
     /// or keeps timing out so the next call starts on a fresh one.
     async fn exchange(&mut self, call: &Cmd, write: bool) -> Result<(Value, Replication), Error> {
         let deadline = Instant::now() + self.timeout;
+        self.follow_sentinels(deadline).await?;
         let mut conn = match self.conn.clone() {
             Some(conn) => conn,
             None => match self.connect(deadline).await {
@@ -112,7 +119,7 @@ impl Link {
                     // A managed failover moves the DNS name to the new
                     // primary; this connection still reaches the old one.
                     tracing::warn!(error = %e, "Redis is not a writable primary on this connection; reconnecting to follow a failover");
-                    self.moved.send_modify(|n| *n += 1);
+                    self.target.send_modify(|_| {});
                 }
                 let broken = moved
                     || e.is_connection_dropped()
@@ -134,13 +141,50 @@ impl Link {
         result
     }
 
+    /// Under Sentinel: asks the sentinels which node is the master, and
+    /// moves to it (a new connection, and the wake-up listener with it)
+    /// when it is not the one we talk to. Never talks to a node the
+    /// sentinels no longer name: no majority, no operation.
+    async fn follow_sentinels(&mut self, deadline: Instant) -> Result<(), Error> {
+        let Some((sentinels, tls)) = &mut self.sentinels else {
+            return Ok(());
+        };
+        let named = sentinels.master(deadline).await?;
+        if self.master.as_ref() == Some(&named.addr) {
+            return Ok(());
+        }
+        let (host, port) = &named.addr;
+        let text = sentinels.url.node_url(host, *port);
+        let node = crate::config::parse_redis_url(&text).map_err(|detail| Error::Unexpected {
+            backend: sentinels.shown.clone(),
+            detail,
+        })?;
+        let client = super::tls::client(&node, tls)?;
+        tracing::info!(
+            master = %format!("{host}:{port}"),
+            config_epoch = named.config_epoch,
+            previous = ?self.master.as_ref().map(|(h, p)| format!("{h}:{p}")),
+            "following the master a majority of the sentinels names"
+        );
+        self.url = format!("{} (master {host}:{port})", sentinels.shown);
+        self.master = Some(named.addr);
+        self.conn = None;
+        self.replicas = None;
+        self.target.send_replace(Some(client));
+        Ok(())
+    }
+
     async fn connect(&mut self, deadline: Instant) -> Result<MultiplexedConnection, Error> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout));
-        let connecting = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config);
+        let Some(client) = self.target.borrow().clone() else {
+            return Err(Error::Connection {
+                backend: self.url.clone(),
+                detail: "no master known yet".into(),
+            });
+        };
+        let connecting = client.get_multiplexed_async_connection_with_config(&config);
         let mut conn = match tokio::time::timeout_at(deadline, connecting).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => return Err(classify(e, &self.url, self.timeout)),

@@ -8,6 +8,7 @@
 
 mod link;
 mod script;
+mod sentinel;
 mod tls;
 pub mod wake;
 
@@ -71,7 +72,14 @@ impl RedisLease {
         else {
             unreachable!("lease::open passes only a Redis configuration")
         };
-        let client = tls::client(url, tls)?;
+        // Under Sentinel the master is found at the first operation.
+        let (client, sentinels) = match url.sentinel() {
+            Some(sentinel) => (
+                None,
+                Some((sentinel::Sentinels::new(sentinel, Some(tls))?, tls.clone())),
+            ),
+            None => (Some(tls::client(url, tls)?), None),
+        };
         let mut lease = Self::new(
             client,
             url,
@@ -81,12 +89,13 @@ impl RedisLease {
             config.timing.ttl,
         );
         lease.link.wait = *wait;
+        lease.link.sentinels = sentinels;
         lease.config = Some(config.clone());
         Ok(lease)
     }
 
     fn new(
-        client: redis::Client,
+        client: Option<redis::Client>,
         url: &RedisUrl,
         timeout: Duration,
         key: &str,
@@ -102,13 +111,14 @@ impl RedisLease {
         let scripts = Scripts::new();
         RedisLease {
             link: Link {
-                client,
+                target: tokio::sync::watch::Sender::new(client),
+                sentinels: None,
+                master: None,
                 preload: scripts.sources.clone(),
                 conn: None,
                 timeout,
                 url: url.redacted().to_string(),
                 timeouts_in_a_row: 0,
-                moved: tokio::sync::watch::Sender::new(0),
                 wait: WaitReplicas::Count(0),
                 replicas: None,
             },
@@ -127,11 +137,10 @@ impl RedisLease {
 
     fn wake_queue(&self) -> wake::WakeQueue {
         wake::WakeQueue {
-            client: self.link.client.clone(),
+            target: self.link.target.subscribe(),
             key: self.wake_key.clone(),
             timeout: self.link.timeout,
             own_id: serde_json::from_str(&self.id_json).expect("id_json is a JSON string"),
-            moved: self.link.moved.subscribe(),
         }
     }
 
@@ -367,6 +376,7 @@ impl LeaseBackend for RedisLease {
                 url, timeout, tls, ..
             } = &scratch_config.backend
                 && url.is_tls()
+                && url.sentinel().is_none()
             {
                 lines.extend(tls::report(url, tls, *timeout).await?);
             }

@@ -33,16 +33,16 @@ pub const WAKE_LINGER: Duration = Duration::from_secs(2);
 const BLOCK: Duration = Duration::from_secs(100);
 
 pub struct WakeQueue {
-    pub client: redis::Client,
+    /// The node to wait on: the lease connection's, replaced when it
+    /// follows a failover (or, under Sentinel, a new master), and signalled
+    /// when it finds its node no longer a writable primary; `None` until a
+    /// Sentinel master is known.
+    pub target: tokio::sync::watch::Receiver<Option<redis::Client>>,
     pub key: String,
     pub timeout: Duration,
     /// Entries pushed by our own release: a candidate that just stepped down
     /// must not race to take the lease straight back.
     pub own_id: String,
-    /// Bumped when the lease connection found its node no longer a writable
-    /// primary: the wake-up connection reaches the same old node, so it
-    /// reconnects too, following the failover.
-    pub moved: tokio::sync::watch::Receiver<u64>,
 }
 
 /// Waits on the wake list until `stop`, sending `()` for every wake-up.
@@ -85,8 +85,11 @@ pub async fn probe(source: &WakeQueue) -> Result<(), redis::RedisError> {
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(source.timeout))
         .set_response_timeout(Some(source.timeout));
-    let mut conn = source
-        .client
+    let client = source.target.borrow().clone();
+    let client = client.ok_or_else(|| {
+        redis::RedisError::from((redis::ErrorKind::Io, "the master is not known yet"))
+    })?;
+    let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
     redis::cmd("BLPOP")
@@ -107,9 +110,10 @@ async fn listen(
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(source.timeout))
         .set_response_timeout(None);
-    let connect = source
-        .client
-        .get_multiplexed_async_connection_with_config(&config);
+    // Seen now: a change from here on makes this connection follow it.
+    let client = source.target.borrow_and_update().clone();
+    let client = client.ok_or("the master is not known yet")?;
+    let connect = client.get_multiplexed_async_connection_with_config(&config);
     let mut conn = tokio::time::timeout(source.timeout, connect)
         .await
         .map_err(|_| "connect timed out".to_string())?
@@ -130,12 +134,11 @@ async fn listen(
     }
     let mut blpop = redis::cmd("BLPOP");
     blpop.arg(&source.key).arg(BLOCK.as_secs());
-    source.moved.mark_unchanged();
     loop {
         let waiting = blpop.query_async::<Option<(String, String)>>(&mut conn);
         let popped = tokio::select! {
             popped = tokio::time::timeout(BLOCK + source.timeout, waiting) => popped,
-            moved = source.moved.changed() => return match moved {
+            moved = source.target.changed() => return match moved {
                 Ok(()) => Err("the lease connection followed a failover".into()),
                 // The lease side is gone: leaderd is shutting down.
                 Err(_) => Ok(()),
