@@ -144,3 +144,67 @@ impl Drop for LockFileScene {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Redis behind three sentinels: the lease on the master they agree on.
+pub struct SentinelScene {
+    rig: super::sentinel::Rig,
+}
+
+impl SentinelScene {
+    pub fn start() -> Box<dyn Scene> {
+        Box::new(SentinelScene {
+            rig: super::sentinel::Rig::start(),
+        })
+    }
+}
+
+impl Scene for SentinelScene {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+    fn args(&self, key: &str) -> Vec<String> {
+        [
+            "--redis",
+            &self.rig.url(),
+            "--key",
+            key,
+            "--redis-timeout",
+            "300ms",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+    fn remaining(&self, key: &str) -> Option<Duration> {
+        let pttl = self
+            .rig
+            .master_node()
+            .pttl(&format!("leaderd:{{{key}}}:lease"));
+        Some(Duration::from_millis(pttl.max(0) as u64))
+    }
+    fn lose_data(&mut self, _key: &str) {
+        // The master and, by replication, its replica forget everything.
+        self.rig.master_node().cmd(&["FLUSHALL"]);
+    }
+    fn steal(&self, key: &str) {
+        let value = r#"{"id":"thief","fencing_token":1,"owner":"not-yours"}"#;
+        self.rig.master_node().cmd(&[
+            "SET",
+            &format!("leaderd:{{{key}}}:lease"),
+            value,
+            "PX",
+            "60000",
+        ]);
+    }
+    fn cut(&mut self) -> bool {
+        // No majority of sentinels: no master anyone may use.
+        for sentinel in &self.rig.sentinels {
+            sentinel.pause();
+        }
+        true
+    }
+    fn heal(&mut self) {
+        for sentinel in &self.rig.sentinels {
+            sentinel.resume();
+        }
+    }
+}

@@ -8,6 +8,7 @@
 pub mod backends;
 pub mod os;
 pub mod proxy;
+pub mod sentinel;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};

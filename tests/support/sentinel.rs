@@ -1,0 +1,166 @@
+//! A Redis Sentinel deployment on loopback: a master, a replica and three
+//! sentinels (quorum 2, `down-after-milliseconds 1000`), each on a free
+//! port, ready once every sentinel sees the master, the replica and enough
+//! other sentinels to authorise a failover (`SENTINEL CKQUORUM`).
+
+use super::{Redis, Scratch, eventually, free_port, path_str};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const SERVICE: &str = "leaderd-svc";
+const PATIENCE: Duration = Duration::from_secs(30);
+
+pub struct Sentinel {
+    pub port: u16,
+    child: Child,
+}
+
+impl Sentinel {
+    fn start(dir: &std::path::Path, n: usize, master_port: u16) -> Sentinel {
+        let port = free_port();
+        let conf = dir.join(format!("sentinel-{n}.conf"));
+        let work = dir.join(format!("sentinel-{n}"));
+        std::fs::create_dir_all(&work).expect("sentinel dir");
+        let text = format!(
+            "port {port}\nbind 127.0.0.1\ndir {}\n\
+             sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n\
+             sentinel down-after-milliseconds {SERVICE} 1000\n\
+             sentinel failover-timeout {SERVICE} 4000\n\
+             sentinel parallel-syncs {SERVICE} 1\n",
+            path_str(&work)
+        );
+        std::fs::write(&conf, text).expect("sentinel config");
+        let child = Command::new("redis-server")
+            .args([path_str(&conf), "--sentinel"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (as a sentinel)");
+        Sentinel { port, child }
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Result<redis::Value, redis::RedisError> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port))?;
+        let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut cmd = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            cmd.arg(*arg);
+        }
+        cmd.query(&mut conn)
+    }
+
+    /// The master's address as this sentinel names it.
+    pub fn master(&self) -> Option<(String, u16)> {
+        let reply = self
+            .cmd(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE])
+            .ok()?;
+        let (host, port): (String, String) = redis::from_redis_value(reply).ok()?;
+        Some((host, port.parse().ok()?))
+    }
+
+    pub fn pause(&self) {
+        super::send_signal(self.child.id(), "STOP");
+    }
+
+    pub fn resume(&self) {
+        super::send_signal(self.child.id(), "CONT");
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        super::send_signal(self.child.id(), "CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Rig {
+    /// The nodes by their original roles; after a failover `replica` may be
+    /// the master: ask [`Rig::master_node`].
+    pub nodes: Vec<Redis>,
+    pub sentinels: Vec<Sentinel>,
+    _dir: Scratch,
+}
+
+impl Rig {
+    pub fn start() -> Rig {
+        let dir = Scratch::new(&format!("sentinel-{}", free_port()));
+        let master = Redis::start();
+        let port = master.port.to_string();
+        let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let sentinels = (0..3)
+            .map(|n| Sentinel::start(&dir, n, master.port))
+            .collect();
+        let rig = Rig {
+            nodes: vec![master, replica],
+            sentinels,
+            _dir: dir,
+        };
+        rig.wait_ready();
+        rig
+    }
+
+    /// Every sentinel sees the master, its replica online, and a quorum.
+    pub fn wait_ready(&self) {
+        eventually(PATIENCE, "the Sentinel deployment to be ready", || {
+            let master = self.master_node();
+            let online = master.info("replication").contains("state=online");
+            let ready = self.sentinels.iter().all(|s| {
+                let quorum = s.cmd(&["SENTINEL", "CKQUORUM", SERVICE]).is_ok();
+                let replicas = s
+                    .cmd(&["SENTINEL", "REPLICAS", SERVICE])
+                    .map(|v| format!("{v:?}"))
+                    .unwrap_or_default();
+                quorum && replicas.contains("slave") && !replicas.contains("s_down")
+            });
+            (online && ready).then_some(())
+        });
+    }
+
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!("redis+sentinel://{}/{SERVICE}", hosts.join(","))
+    }
+
+    /// The node the sentinels' majority names now.
+    pub fn master_node(&self) -> &Redis {
+        let port = self.agreed_master().map(|(_, p)| p);
+        self.nodes
+            .iter()
+            .find(|n| Some(n.port) == port)
+            .unwrap_or(&self.nodes[0])
+    }
+
+    /// The address at least two sentinels name.
+    pub fn agreed_master(&self) -> Option<(String, u16)> {
+        let named: Vec<_> = self.sentinels.iter().filter_map(Sentinel::master).collect();
+        named
+            .iter()
+            .find(|a| named.iter().filter(|b| b == a).count() >= 2)
+            .cloned()
+    }
+
+    /// `SENTINEL FAILOVER`, then waits until all three sentinels name a new
+    /// master; returns it.
+    pub fn failover(&self) -> (String, u16) {
+        let old = self.agreed_master().expect("a master");
+        self.sentinels[0]
+            .cmd(&["SENTINEL", "FAILOVER", SERVICE])
+            .expect("SENTINEL FAILOVER");
+        self.await_new_master(&old)
+    }
+
+    pub fn await_new_master(&self, old: &(String, u16)) -> (String, u16) {
+        eventually(PATIENCE, "all sentinels to name a new master", || {
+            let named: Vec<_> = self.sentinels.iter().filter_map(Sentinel::master).collect();
+            (named.len() == 3 && named.iter().all(|n| n != old && *n == named[0]))
+                .then(|| named[0].clone())
+        })
+    }
+}
