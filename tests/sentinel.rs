@@ -1,0 +1,201 @@
+//! Redis Sentinel for real (issue #13): a failover asked of the sentinels
+//! and a master killed, with candidates renewing throughout and `/leader`
+//! polled every 10 ms on all of them; and a lost sentinel majority.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::sentinel::Rig;
+use support::{Leaderd, eventually};
+
+const PATIENCE: Duration = Duration::from_secs(30);
+/// ttl 3 s: renew every 1 s, step down after 2 s without a renewal.
+const TIMING: [&str; 6] = [
+    "--ttl",
+    "3s",
+    "--redis-timeout",
+    "300ms",
+    "--retry-interval",
+    "300ms",
+];
+
+fn candidates(rig: &Rig, key: &str) -> Vec<Leaderd> {
+    let url = rig.url();
+    ["a", "b", "c"]
+        .iter()
+        .map(|id| {
+            let mut args = vec!["--redis", url.as_str(), "--key", key];
+            args.extend(TIMING);
+            Leaderd::run(id, &args)
+        })
+        .collect()
+}
+
+/// Polls `/leader` on every candidate every 10 ms until stopped: the most
+/// candidates that said "leader" in one sweep, and every (leader, token)
+/// in the order seen.
+struct Watch {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<(usize, Vec<(String, u64)>)>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watch {
+    fn start(ports: Vec<(String, u16)>) -> Watch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new((0, Vec::new())));
+        let (s, o) = (stop.clone(), seen.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let mut leaders = Vec::new();
+                for (id, port) in &ports {
+                    if let Some((200, body)) = support::http_get(*port, "/leader") {
+                        leaders.push((id.clone(), body["fencing_token"].as_u64().unwrap_or(0)));
+                    }
+                }
+                let mut seen = o.lock().unwrap();
+                seen.0 = seen.0.max(leaders.len());
+                for leader in leaders {
+                    if seen.1.last() != Some(&leader) {
+                        seen.1.push(leader);
+                    }
+                }
+                drop(seen);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        Watch {
+            stop,
+            seen,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> (usize, Vec<(String, u64)>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.take().map(|t| t.join());
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn watch(nodes: &[Leaderd]) -> Watch {
+    Watch::start(nodes.iter().map(|n| (n.id.clone(), n.http_port)).collect())
+}
+
+/// A leader that holds the lease on the master the sentinels agree on.
+fn leader_on_the_master(rig: &Rig, nodes: &[Leaderd], key: &str) -> (String, u64) {
+    let lease = format!("leaderd:{{{key}}}:lease");
+    eventually(
+        PATIENCE,
+        "a leader holding the lease on the agreed master",
+        || {
+            let stored = rig.master_node().get(&lease)?;
+            nodes.iter().find_map(|n| {
+                let (is_leader, body) = n.leader()?;
+                let token = body["fencing_token"].as_u64()?;
+                (is_leader && stored.contains(&format!("\"id\":\"{}\"", n.id)))
+                    .then(|| (n.id.clone(), token))
+            })
+        },
+    )
+}
+
+fn assert_tokens_increase(history: &[(String, u64)]) {
+    for pair in history.windows(2) {
+        let ((a, ta), (b, tb)) = (&pair[0], &pair[1]);
+        assert!(
+            tb > ta || (a == b && ta == tb),
+            "fencing token went from {ta} ({a}) to {tb} ({b}): {history:?}"
+        );
+    }
+}
+
+#[test]
+fn a_sentinel_failover_never_makes_two_leaders() {
+    let rig = Rig::start();
+    let key = support::key("sentinel-failover");
+    let nodes = candidates(&rig, &key);
+    let (first, token) = leader_on_the_master(&rig, &nodes, &key);
+    let watch = watch(&nodes);
+    let asked = Instant::now();
+    let new = rig.failover();
+    let agreed = Instant::now();
+    let (second, after) = leader_on_the_master(&rig, &nodes, &key);
+    // The leader's connection moved to the new master: from its next
+    // operation on, nothing goes to the old one.
+    let leader = nodes.iter().find(|n| n.id == second).expect("known");
+    leader.wait_log(PATIENCE, &format!("master={}:{}", new.0, new.1));
+    let led = agreed.elapsed();
+    let (most, history) = watch.finish();
+    eprintln!(
+        "SENTINEL FAILOVER: sentinels agreed on {new:?} {:?} after asking; {second} renews on it {led:?} after that ({first} led before, token {token} → {after})",
+        agreed - asked
+    );
+    assert_eq!(most, 1, "two leaders at once: {history:?}");
+    assert!(after >= token);
+    assert_tokens_increase(&history);
+    // renew interval (1 s) + backend timeout (300 ms), with room for a loaded machine.
+    assert!(led < Duration::from_secs(8), "{led:?}");
+}
+
+#[test]
+fn a_killed_master_is_followed_to_the_promoted_replica() {
+    let mut rig = Rig::start();
+    let key = support::key("sentinel-kill");
+    let nodes = candidates(&rig, &key);
+    let (_, token) = leader_on_the_master(&rig, &nodes, &key);
+    let watch = watch(&nodes);
+    let old = rig.agreed_master().expect("a master");
+    let killed = Instant::now();
+    let index = rig
+        .nodes
+        .iter()
+        .position(|n| n.port == old.1)
+        .expect("known");
+    rig.nodes[index].kill();
+    rig.await_new_master(&old);
+    let promoted = killed.elapsed();
+    let (second, after) = leader_on_the_master(&rig, &nodes, &key);
+    let led = killed.elapsed();
+    let (most, history) = watch.finish();
+    eprintln!(
+        "kill -9 of the master: promoted after {promoted:?}, {second} leads on it {led:?} after the kill"
+    );
+    assert_eq!(most, 1, "two leaders at once: {history:?}");
+    // The same leader may keep its term: its lease had reached the replica,
+    // and its renewal on the promoted replica found its token.
+    assert!(after >= token, "{token} → {after}");
+    assert_tokens_increase(&history);
+}
+
+#[test]
+fn without_a_majority_of_sentinels_nobody_leads() {
+    let rig = Rig::start();
+    let key = support::key("sentinel-majority");
+    let nodes = candidates(&rig, &key);
+    let (leader, _) = leader_on_the_master(&rig, &nodes, &key);
+    let leader = nodes.iter().find(|n| n.id == leader).expect("known");
+    rig.sentinels[0].pause();
+    rig.sentinels[1].pause();
+    let paused = Instant::now();
+    leader.wait_log(
+        PATIENCE,
+        "renew deadline passed without a successful renewal",
+    );
+    let took = paused.elapsed();
+    assert!(took < Duration::from_secs(5), "stepped down after {took:?}");
+    // Nobody leads while only one sentinel answers.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert!(
+            nodes.iter().all(|n| !n.is_leader()),
+            "a leader without a majority"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rig.sentinels[0].resume();
+    rig.sentinels[1].resume();
+    leader_on_the_master(&rig, &nodes, &key);
+}
