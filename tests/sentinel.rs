@@ -33,12 +33,14 @@ fn candidates(rig: &Rig, key: &str) -> Vec<Leaderd> {
         .collect()
 }
 
-/// Polls `/leader` on every candidate every 10 ms until stopped: the most
-/// candidates that said "leader" in one sweep, and every (leader, token)
-/// in the order seen.
+/// The most candidates that said "leader" in one sweep, and every
+/// (leader, fencing token) in the order seen.
+type Seen = (usize, Vec<(String, u64)>);
+
+/// Polls `/leader` on every candidate every 10 ms until stopped.
 struct Watch {
     stop: Arc<AtomicBool>,
-    seen: Arc<Mutex<(usize, Vec<(String, u64)>)>>,
+    seen: Arc<Mutex<Seen>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -73,7 +75,7 @@ impl Watch {
         }
     }
 
-    fn finish(mut self) -> (usize, Vec<(String, u64)>) {
+    fn finish(mut self) -> Seen {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.take().map(|t| t.join());
         self.seen.lock().unwrap().clone()
