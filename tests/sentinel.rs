@@ -201,3 +201,43 @@ fn without_a_majority_of_sentinels_nobody_leads() {
     rig.sentinels[1].resume();
     leader_on_the_master(&rig, &nodes, &key);
 }
+
+#[test]
+fn check_reports_every_sentinel_the_master_and_its_replicas() {
+    let rig = Rig::start();
+    let url = rig.url();
+    let (code, out, err) = support::run_to_end(&["check", "--redis", &url, "--key", "chk"]);
+    assert_eq!(code, 0, "{out}{err}");
+    for sentinel in &rig.sentinels {
+        let line = format!(
+            "# ok: sentinel 127.0.0.1:{} names 127.0.0.1:{} as the master",
+            sentinel.port, rig.nodes[0].port
+        );
+        assert!(out.contains(&line), "{line}\n{out}");
+    }
+    assert!(out.contains("ROLE master, 1 connected replica(s)"), "{out}");
+    assert!(
+        out.contains("--redis-wait-replicas auto: each acquire and renewal waits for 1 replica(s)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("redis.wait_replicas = \"auto\"  # default: Sentinel: auto"),
+        "{out}"
+    );
+
+    let unknown = url.replace(support::sentinel::SERVICE, "no-such-service");
+    let (code, _, err) = support::run_to_end(&["check", "--redis", &unknown, "--key", "chk"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("do not monitor a service named \"no-such-service\""),
+        "{err}"
+    );
+
+    let (code, _, err) = support::run_to_end(&[
+        "check",
+        "--redis",
+        "redis+sentinel://127.0.0.1:1,127.0.0.1:2/svc",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("give at least three"), "{err}");
+}

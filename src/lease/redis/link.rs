@@ -274,6 +274,58 @@ impl Link {
         ))
     }
 
+    /// `check`: the sentinels' view (under Sentinel), the node's role and
+    /// connected replicas, and whether `WAIT` can be satisfied.
+    pub(super) async fn report(&mut self) -> Result<Vec<String>, Error> {
+        let deadline = Instant::now() + self.timeout;
+        let mut lines = Vec::new();
+        if let Some((sentinels, _)) = &mut self.sentinels {
+            lines.extend(sentinels.report(deadline).await?.1);
+        }
+        self.follow_sentinels(deadline).await?;
+        let mut conn = match self.conn.clone() {
+            Some(conn) => conn,
+            None => self.connect(deadline).await?,
+        };
+        let role_cmd = redis::cmd("ROLE");
+        let role = match tokio::time::timeout_at(deadline, role_cmd.query_async::<Value>(&mut conn))
+            .await
+        {
+            Ok(Ok(role)) => role,
+            Ok(Err(e)) => return Err(classify(e, &self.url, self.timeout)),
+            Err(_) => return Err(self.timed_out()),
+        };
+        let Some(replicas) = connected_replicas(&role) else {
+            return Err(Error::Misconfigured {
+                backend: self.url.clone(),
+                detail: format!("the node is not a primary (ROLE: {role:?})"),
+                hint: "point leaderd at the primary (or at the sentinels, with redis+sentinel://)",
+            });
+        };
+        lines.push(format!(
+            "{}: ROLE master, {replicas} connected replica(s)",
+            self.url
+        ));
+        match self.wait {
+            WaitReplicas::Count(0) => {}
+            WaitReplicas::Count(n) if n > replicas => {
+                return Err(Error::UnderReplicated {
+                    backend: self.url.clone(),
+                    asked: n,
+                    acknowledged: replicas,
+                });
+            }
+            WaitReplicas::Count(n) => lines.push(format!(
+                "--redis-wait-replicas {n}: each acquire and renewal waits for {n} of {replicas} replica(s)"
+            )),
+            WaitReplicas::Auto => lines.push(format!(
+                "--redis-wait-replicas auto: each acquire and renewal waits for {} replica(s) now",
+                replicas.min(1)
+            )),
+        }
+        Ok(lines)
+    }
+
     fn timed_out(&self) -> Error {
         Error::Timeout {
             backend: self.url.clone(),

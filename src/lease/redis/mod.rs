@@ -372,6 +372,9 @@ impl LeaseBackend for RedisLease {
             }
             scratch.probe_wake_queue().await?;
             let mut lines = Vec::new();
+            if scratch.link.sentinels.is_some() || scratch.link.wait != WaitReplicas::Count(0) {
+                lines.extend(scratch.link.report().await?);
+            }
             if let BackendConfig::Redis {
                 url, timeout, tls, ..
             } = &scratch_config.backend

@@ -87,6 +87,43 @@ impl Sentinels {
         )
     }
 
+    /// `check`: what each sentinel says, and the master a majority names.
+    /// Sentinels that name different masters are a misconfiguration (one
+    /// of them watches another deployment, or names a replica).
+    pub(super) async fn report(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<(Named, Vec<String>), Error> {
+        let answers = self.ask_all(deadline).await;
+        let mut lines = Vec::new();
+        for ((host, port), answer) in self.url.sentinels.iter().zip(&answers) {
+            lines.push(match answer {
+                Ok(n) => format!(
+                    "sentinel {host}:{port} names {}:{} as the master of {:?} (config epoch {})",
+                    n.addr.0, n.addr.1, self.url.service, n.config_epoch
+                ),
+                Err(e) => format!("sentinel {host}:{port} did not answer: {e}"),
+            });
+        }
+        let named = decide(
+            &self.shown,
+            &self.url.service,
+            self.url.sentinels.len(),
+            &answers,
+        )?;
+        if let Some(other) = answers.iter().flatten().find(|n| n.addr != named.addr) {
+            return Err(Error::Misconfigured {
+                backend: self.shown.clone(),
+                detail: format!(
+                    "the sentinels disagree: a majority names {}:{}, another names {}:{}",
+                    named.addr.0, named.addr.1, other.addr.0, other.addr.1
+                ),
+                hint: "list the sentinels of one deployment only, all of them, and check that they monitor the same master (SENTINEL MASTER SERVICE on each)",
+            });
+        }
+        Ok((named, lines))
+    }
+
     /// Every sentinel's answer (or why there is none), in configured order.
     pub(super) async fn ask_all(&mut self, deadline: Instant) -> Vec<Result<Named, String>> {
         let service = self.url.service.clone();
