@@ -268,6 +268,7 @@ pub(super) fn redis_wait(
     let (wait, origin) = match wait {
         Some(v) => (v.value, v.origin),
         None if url.sentinel().is_some() => (WaitReplicas::Auto, Origin::Default("Sentinel: auto")),
+        None if url.cluster().is_some() => (WaitReplicas::Auto, Origin::Default("Cluster: auto")),
         None => (WaitReplicas::Count(0), Origin::Default("")),
     };
     let shown = match wait {

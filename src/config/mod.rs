@@ -20,8 +20,8 @@ pub use backend::{BackendConfig, RedisTls};
 pub use file::ConfigFile;
 pub use resolve::show as show_duration;
 pub use values::{
-    LogFormat, OnChildExit, RedisUrl, Secret, SentinelUrl, Signal, WaitReplicas, parse_duration,
-    parse_redis_url, parse_restart_limit, redact_url,
+    ClusterUrl, LogFormat, OnChildExit, RedisUrl, Secret, SentinelUrl, Signal, WaitReplicas,
+    parse_duration, parse_redis_url, parse_restart_limit, redact_url,
 };
 
 use crate::cli::ConfigArgs;

@@ -190,7 +190,7 @@ pub const REDIS_WAIT_REPLICAS: Spec = spec(
 .under(BACKEND)
 .help("After each acquire and renewal, WAIT until N replicas acknowledged the write (auto: 1 when the primary has a connected replica); fewer → the attempt fails")
 .choices(&["0", "1", "2", "auto"])
-.default("0 (Sentinel: auto)");
+.default("0 (Sentinel, Cluster: auto)");
 pub const TTL: Spec = spec("ttl", "--ttl", "LEADERD_TTL", "lease.ttl")
     .value("DUR")
     .under(TIMING)

@@ -48,7 +48,13 @@ impl RedisUrl {
     /// `rediss://` or `rediss+sentinel://`: TLS.
     pub fn is_tls(&self) -> bool {
         let url = self.full.expose();
-        url.starts_with("rediss://") || url.starts_with("rediss+sentinel://")
+        url.starts_with("rediss://")
+            || url.starts_with("rediss+sentinel://")
+            || url.starts_with("rediss+cluster://")
+    }
+    /// The Redis Cluster this URL names, if it is a `redis[s]+cluster://` URL.
+    pub fn cluster(&self) -> Option<ClusterUrl> {
+        parse_cluster(self.full.expose()).ok().flatten()
     }
     /// The Sentinel deployment this URL names, if it is a
     /// `redis[s]+sentinel://` URL (checked when it was parsed).
@@ -116,6 +122,13 @@ pub fn parse_redis_url(text: &str) -> Result<RedisUrl, String> {
             redacted,
         });
     }
+    if text.starts_with("redis+cluster://") || text.starts_with("rediss+cluster://") {
+        parse_cluster(text).map_err(|e| format!("`{redacted}`: {e}"))?;
+        return Ok(RedisUrl {
+            full: Secret::new(text),
+            redacted,
+        });
+    }
     let parsed = url::Url::parse(text).map_err(|e| {
         format!(
             "`{redacted}` is not a valid URL ({e}); expected redis://[user:password@]host:port/db or rediss://… (percent-encode `/ # ? @ %` in a password, e.g. `/` as %2F)"
@@ -131,7 +144,7 @@ pub fn parse_redis_url(text: &str) -> Result<RedisUrl, String> {
         "rediss" => {}
         other => {
             return Err(format!(
-                "`{redacted}` has scheme `{other}`; expected redis://[user:password@]host:port/db, rediss://…, or redis+sentinel://host1:26379,host2:26379,host3:26379/SERVICE"
+                "`{redacted}` has scheme `{other}`; expected redis://[user:password@]host:port/db, rediss://…, redis+sentinel://host1:26379,host2:26379,host3:26379/SERVICE, or redis+cluster://host1:6379,host2:6379"
             ));
         }
     }
@@ -214,23 +227,7 @@ fn parse_sentinel(text: &str) -> Result<Option<SentinelUrl>, String> {
     let (hosts, path) = rest
         .split_once('/')
         .ok_or_else(|| format!("no service name; {SENTINEL_FORM}"))?;
-    let mut sentinels = Vec::new();
-    for host in hosts.split(',') {
-        let parsed = url::Url::parse(&format!("redis://{host}"))
-            .ok()
-            .filter(|u| u.host_str().is_some_and(|h| !h.is_empty()) && u.path().len() <= 1);
-        let Some(parsed) = parsed else {
-            return Err(format!(
-                "`{host}` is not a sentinel address (host:port); {SENTINEL_FORM}"
-            ));
-        };
-        let host = parsed
-            .host_str()
-            .expect("checked")
-            .trim_matches(['[', ']'])
-            .to_string();
-        sentinels.push((host, parsed.port().unwrap_or(26379)));
-    }
+    let sentinels = parse_hosts(hosts, 26379, SENTINEL_FORM)?;
     let mut parts = path.split('/');
     let service = parts.next().unwrap_or_default().to_string();
     if service.is_empty() {
@@ -257,6 +254,81 @@ fn parse_sentinel(text: &str) -> Result<Option<SentinelUrl>, String> {
         sentinels,
         service,
         db,
+        userinfo,
+        tls,
+    }))
+}
+
+/// `host:port,host:port,…` (IPv6 in brackets), each port `default` when left out.
+fn parse_hosts(hosts: &str, default: u16, form: &str) -> Result<Vec<(String, u16)>, String> {
+    let mut parsed_hosts = Vec::new();
+    for host in hosts.split(',') {
+        let parsed = url::Url::parse(&format!("redis://{host}"))
+            .ok()
+            .filter(|u| u.host_str().is_some_and(|h| !h.is_empty()) && u.path().len() <= 1);
+        let Some(parsed) = parsed else {
+            return Err(format!("`{host}` is not an address (host:port); {form}"));
+        };
+        let name = parsed
+            .host_str()
+            .expect("checked")
+            .trim_matches(['[', ']'])
+            .to_string();
+        parsed_hosts.push((name, parsed.port().unwrap_or(default)));
+    }
+    Ok(parsed_hosts)
+}
+
+/// A Redis Cluster: nodes to discover it from, and how to reach its nodes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterUrl {
+    pub seeds: Vec<(String, u16)>,
+    /// `user:password@`, as written (percent-encoded).
+    pub userinfo: Option<String>,
+    pub tls: bool,
+}
+
+impl ClusterUrl {
+    /// The URL of node `host:port` with this URL's credentials and TLS.
+    pub fn node_url(&self, host: &str, port: u16) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        let userinfo = self
+            .userinfo
+            .as_ref()
+            .map_or(String::new(), |u| format!("{u}@"));
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.to_string()
+        };
+        format!("{scheme}://{userinfo}{host}:{port}")
+    }
+}
+
+const CLUSTER_FORM: &str =
+    "expected redis+cluster://[user:password@]host1:6379,host2:6379,host3:6379";
+
+/// `redis[s]+cluster://[userinfo@]h1:p1,h2:p2[/0]`; `None` for any other scheme.
+fn parse_cluster(text: &str) -> Result<Option<ClusterUrl>, String> {
+    let (tls, rest) = if let Some(rest) = text.strip_prefix("redis+cluster://") {
+        (false, rest)
+    } else if let Some(rest) = text.strip_prefix("rediss+cluster://") {
+        (true, rest)
+    } else {
+        return Ok(None);
+    };
+    let (userinfo, rest) = match rest.rfind('@') {
+        Some(at) => (Some(rest[..at].to_string()), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if !matches!(path, "" | "0") {
+        return Err(format!(
+            "names database `{path}`; a Redis Cluster has only database 0; {CLUSTER_FORM}"
+        ));
+    }
+    Ok(Some(ClusterUrl {
+        seeds: parse_hosts(hosts, 6379, CLUSTER_FORM)?,
         userinfo,
         tls,
     }))

@@ -4,8 +4,8 @@
 //! round trip, by `WAIT` for replica acknowledgements.
 
 use super::Error;
-use super::sentinel::Sentinels;
-use crate::config::{RedisTls, WaitReplicas};
+use super::route::Route;
+use crate::config::WaitReplicas;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use std::time::Duration;
@@ -27,9 +27,9 @@ pub(super) struct Link {
     /// node is found no longer a writable primary: the wake-up listener
     /// follows it.
     pub(super) target: tokio::sync::watch::Sender<Option<redis::Client>>,
-    /// Under Sentinel: the sentinels, asked before every operation, the
-    /// master they named last, and the TLS material for a new master.
-    pub(super) sentinels: Option<(Sentinels, RedisTls)>,
+    /// How to find the node (the URL's, Sentinel's master, the Cluster
+    /// slot's owner), and the one found last.
+    pub(super) route: Route,
     pub(super) master: Option<(String, u16)>,
     /// Script sources to load on each new connection, so that the first
     /// release or renewal after a (re)connect is one round trip, not three
@@ -45,6 +45,18 @@ pub(super) struct Link {
     /// Replicas the primary reported connected at the last look (`ROLE`),
     /// for `WaitReplicas::Auto`.
     pub(super) replicas: Option<u32>,
+}
+
+/// One try of an operation: done, failed, or sent elsewhere by the cluster.
+enum Attempt {
+    Failed(Error),
+    Redirected,
+}
+
+impl From<Error> for Attempt {
+    fn from(e: Error) -> Self {
+        Attempt::Failed(e)
+    }
 }
 
 /// How many replicas acknowledged a lease write, of how many asked.
@@ -85,13 +97,44 @@ impl Link {
     /// or keeps timing out so the next call starts on a fresh one.
     async fn exchange(&mut self, call: &Cmd, write: bool) -> Result<(Value, Replication), Error> {
         let deadline = Instant::now() + self.timeout;
-        self.follow_sentinels(deadline).await?;
+        let first = self.attempt(call, write, deadline).await;
+        match first {
+            // The slot moved (a Cluster failover or resharding): once more,
+            // on the owner found afresh, if there is time.
+            Err(Attempt::Redirected) if Instant::now() < deadline => {
+                match self.attempt(call, write, deadline).await {
+                    Ok(sent) => Ok(sent),
+                    Err(Attempt::Failed(e)) => Err(e),
+                    Err(Attempt::Redirected) => Err(self.moving(
+                        "the cluster keeps moving the election's slot (MOVED/ASK); retrying",
+                    )),
+                }
+            }
+            Err(Attempt::Redirected) => {
+                Err(self.moving("the cluster moved the election's slot; following it"))
+            }
+            Err(Attempt::Failed(e)) => Err(e),
+            Ok(sent) => Ok(sent),
+        }
+    }
+
+    fn moving(&self, detail: &str) -> Error {
+        Error::Connection {
+            backend: self.url.clone(),
+            detail: detail.to_string(),
+        }
+    }
+
+    async fn attempt(
+        &mut self,
+        call: &Cmd,
+        write: bool,
+        deadline: Instant,
+    ) -> Result<(Value, Replication), Attempt> {
+        self.follow(deadline).await?;
         let mut conn = match self.conn.clone() {
             Some(conn) => conn,
-            None => match self.connect(deadline).await {
-                Ok(conn) => conn,
-                Err(e) => return Err(e),
-            },
+            None => self.connect(deadline).await?,
         };
         // After connecting: `auto` counts the replicas the primary reported
         // then (or at the previous call).
@@ -126,6 +169,15 @@ impl Link {
                     || e.is_io_error()
                     || e.is_unrecoverable_error();
                 let timed_out = e.is_timeout();
+                if self.route.is_cluster() && (broken || cluster_redirect(&e)) {
+                    // Find the slot's owner afresh at the next attempt.
+                    self.master = None;
+                    self.conn = None;
+                    if cluster_redirect(&e) {
+                        tracing::info!(error = %e, "the cluster moved the election's slot; following it");
+                        return Err(Attempt::Redirected);
+                    }
+                }
                 (Err(classify(e, &self.url, self.timeout)), timed_out, broken)
             }
         };
@@ -138,39 +190,22 @@ impl Link {
             self.conn = None;
             self.timeouts_in_a_row = 0;
         }
-        result
+        result.map_err(Attempt::Failed)
     }
 
-    /// Under Sentinel: asks the sentinels which node is the master, and
-    /// moves to it (a new connection, and the wake-up listener with it)
-    /// when it is not the one we talk to. Never talks to a node the
-    /// sentinels no longer name: no majority, no operation.
-    async fn follow_sentinels(&mut self, deadline: Instant) -> Result<(), Error> {
-        let Some((sentinels, tls)) = &mut self.sentinels else {
+    /// Moves to the node the route names when it is not the one we talk
+    /// to: a new connection, and the wake-up listener with it. Under
+    /// Sentinel no majority means no operation: nothing is ever sent to a
+    /// node the sentinels no longer name.
+    async fn follow(&mut self, deadline: Instant) -> Result<(), Error> {
+        let Some(target) = self.route.locate(self.master.as_ref(), deadline).await? else {
             return Ok(());
         };
-        let named = sentinels.master(deadline).await?;
-        if self.master.as_ref() == Some(&named.addr) {
-            return Ok(());
-        }
-        let (host, port) = &named.addr;
-        let text = sentinels.url.node_url(host, *port);
-        let node = crate::config::parse_redis_url(&text).map_err(|detail| Error::Unexpected {
-            backend: sentinels.shown.clone(),
-            detail,
-        })?;
-        let client = super::tls::client(&node, tls)?;
-        tracing::info!(
-            master = %format!("{host}:{port}"),
-            config_epoch = named.config_epoch,
-            previous = ?self.master.as_ref().map(|(h, p)| format!("{h}:{p}")),
-            "following the master a majority of the sentinels names"
-        );
-        self.url = format!("{} (master {host}:{port})", sentinels.shown);
-        self.master = Some(named.addr);
+        self.url = target.shown;
+        self.master = Some(target.addr);
         self.conn = None;
         self.replicas = None;
-        self.target.send_replace(Some(client));
+        self.target.send_replace(Some(target.client));
         Ok(())
     }
 
@@ -279,10 +314,10 @@ impl Link {
     pub(super) async fn report(&mut self) -> Result<Vec<String>, Error> {
         let deadline = Instant::now() + self.timeout;
         let mut lines = Vec::new();
-        if let Some((sentinels, _)) = &mut self.sentinels {
+        if let Route::Sentinel(sentinels, _) = &mut self.route {
             lines.extend(sentinels.report(deadline).await?.1);
         }
-        self.follow_sentinels(deadline).await?;
+        self.follow(deadline).await?;
         let mut conn = match self.conn.clone() {
             Some(conn) => conn,
             None => self.connect(deadline).await?,

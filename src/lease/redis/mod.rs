@@ -6,7 +6,9 @@
 //! operation is one Lua script, called by hash (reloaded after `NOSCRIPT`),
 //! under one overall timeout.
 
+mod cluster;
 mod link;
+mod route;
 mod script;
 mod sentinel;
 mod tls;
@@ -72,13 +74,11 @@ impl RedisLease {
         else {
             unreachable!("lease::open passes only a Redis configuration")
         };
-        // Under Sentinel the master is found at the first operation.
-        let (client, sentinels) = match url.sentinel() {
-            Some(sentinel) => (
-                None,
-                Some((sentinel::Sentinels::new(sentinel, Some(tls))?, tls.clone())),
-            ),
-            None => (Some(tls::client(url, tls)?), None),
+        // Under Sentinel and Cluster the node is found at the first operation.
+        let route = route::Route::open(url, tls, &keys(&config.key).lease)?;
+        let client = match route {
+            route::Route::Direct => Some(tls::client(url, tls)?),
+            _ => None,
         };
         let mut lease = Self::new(
             client,
@@ -89,7 +89,7 @@ impl RedisLease {
             config.timing.ttl,
         );
         lease.link.wait = *wait;
-        lease.link.sentinels = sentinels;
+        lease.link.route = route;
         lease.config = Some(config.clone());
         Ok(lease)
     }
@@ -112,7 +112,7 @@ impl RedisLease {
         RedisLease {
             link: Link {
                 target: tokio::sync::watch::Sender::new(client),
-                sentinels: None,
+                route: route::Route::Direct,
                 master: None,
                 preload: scripts.sources.clone(),
                 conn: None,
@@ -372,7 +372,9 @@ impl LeaseBackend for RedisLease {
             }
             scratch.probe_wake_queue().await?;
             let mut lines = Vec::new();
-            if scratch.link.sentinels.is_some() || scratch.link.wait != WaitReplicas::Count(0) {
+            if !matches!(scratch.link.route, route::Route::Direct)
+                || scratch.link.wait != WaitReplicas::Count(0)
+            {
                 lines.extend(scratch.link.report().await?);
             }
             if let BackendConfig::Redis {
@@ -380,6 +382,7 @@ impl LeaseBackend for RedisLease {
             } = &scratch_config.backend
                 && url.is_tls()
                 && url.sentinel().is_none()
+                && url.cluster().is_none()
             {
                 lines.extend(tls::report(url, tls, *timeout).await?);
             }
