@@ -13,17 +13,18 @@ mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
-use support::backends::{LockFileScene, RedisScene, Scene, SentinelScene};
+use support::backends::{ClusterScene, LockFileScene, RedisScene, Scene, SentinelScene};
 use support::{Leaderd, eventually, probe_child, probe_events, run_to_end};
 
 type StartScene = fn() -> Box<dyn Scene>;
 
 /// Every backend's scene, by the name `lease::BACKENDS` registers.
-const SCENES: [(&str, StartScene); 4] = [
+const SCENES: [(&str, StartScene); 5] = [
     ("lock-file", LockFileScene::start),
     ("redis", RedisScene::start),
     ("redis", RedisScene::start_tls),
     ("redis", SentinelScene::start),
+    ("redis", ClusterScene::start),
 ];
 
 const PATIENCE: Duration = Duration::from_secs(10);

@@ -73,12 +73,16 @@ fn a_redis_cluster_node_is_named_as_such() {
     let dir = support::Scratch::new("cluster");
     let node = |name: &str| {
         let conf = dir.join(name);
-        Redis::start_with(&[
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            support::path_str(&conf),
-        ])
+        // The cluster bus listens on port + 10000: both must be free.
+        Redis::start_on(
+            support::free_cluster_port(),
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                support::path_str(&conf),
+            ],
+        )
     };
     let redis = node("a.conf");
     // Every slot on this one node except the lease key's: the script gets MOVED.

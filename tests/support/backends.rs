@@ -208,3 +208,66 @@ impl Scene for SentinelScene {
         }
     }
 }
+
+/// Redis Cluster of three primaries: the lease on the slot's owner.
+pub struct ClusterScene {
+    rig: super::cluster::ClusterRig,
+}
+
+impl ClusterScene {
+    pub fn start() -> Box<dyn Scene> {
+        Box::new(ClusterScene {
+            rig: super::cluster::ClusterRig::start(3, 0),
+        })
+    }
+
+    fn owner(&self, key: &str) -> &Redis {
+        self.rig.owner(&format!("leaderd:{{{key}}}:lease"))
+    }
+}
+
+impl Scene for ClusterScene {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+    fn args(&self, key: &str) -> Vec<String> {
+        [
+            "--redis",
+            &self.rig.url(),
+            "--key",
+            key,
+            "--redis-timeout",
+            "300ms",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+    fn remaining(&self, key: &str) -> Option<Duration> {
+        let pttl = self.owner(key).pttl(&format!("leaderd:{{{key}}}:lease"));
+        Some(Duration::from_millis(pttl.max(0) as u64))
+    }
+    fn lose_data(&mut self, key: &str) {
+        self.owner(key).cmd(&["FLUSHALL"]);
+    }
+    fn steal(&self, key: &str) {
+        let value = r#"{"id":"thief","fencing_token":1,"owner":"not-yours"}"#;
+        self.owner(key).cmd(&[
+            "SET",
+            &format!("leaderd:{{{key}}}:lease"),
+            value,
+            "PX",
+            "60000",
+        ]);
+    }
+    fn cut(&mut self) -> bool {
+        for node in &self.rig.nodes {
+            node.pause();
+        }
+        true
+    }
+    fn heal(&mut self) {
+        for node in &self.rig.nodes {
+            node.resume();
+        }
+    }
+}

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod backends;
+pub mod cluster;
 pub mod os;
 pub mod proxy;
 pub mod sentinel;
@@ -25,6 +26,16 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
         .port()
+}
+
+/// A free port whose Redis Cluster bus port (port + 10000) is free too.
+pub fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 55000 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Polls `probe` until it returns `Some`, or panics with `what` after `limit`.
@@ -75,8 +86,13 @@ impl Redis {
 
     /// With extra `redis-server` arguments (`--cluster-enabled yes`, ...).
     pub fn start_with(extra: &[&str]) -> Redis {
+        Redis::start_on(free_port(), extra)
+    }
+
+    /// On `port`, with extra arguments.
+    pub fn start_on(port: u16, extra: &[&str]) -> Redis {
         let mut redis = Redis {
-            port: free_port(),
+            port,
             child: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             tls: None,
@@ -200,6 +216,19 @@ impl Redis {
             .arg(section)
             .query(&mut self.conn())
             .expect("INFO")
+    }
+
+    /// `CLUSTER INFO`, as text.
+    pub fn info_cluster(&self) -> String {
+        redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query(&mut self.conn())
+            .expect("CLUSTER INFO")
+    }
+
+    /// Not killed (a paused server still runs).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     pub fn pttl(&self, key: &str) -> i64 {

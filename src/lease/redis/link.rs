@@ -416,7 +416,7 @@ pub(super) fn classify(e: RedisError, url: &str, timeout: Duration) -> Error {
         return Error::WrongKind {
             backend,
             detail: format!(
-                "this server is a node of a Redis Cluster ({detail}); a redis:// URL talks to one server and cannot follow the cluster's slots: a redis+cluster:// backend is planned, until then point --redis at a standalone Redis"
+                "this server is a node of a Redis Cluster ({detail}); a redis:// URL talks to one server and cannot follow the cluster's slots: give the cluster's nodes as redis+cluster://host1:6379,host2:6379,host3:6379"
             ),
         };
     }
