@@ -124,3 +124,22 @@ fn the_slot_owner_failed_over_then_killed_never_makes_two_leaders() {
         "fencing tokens went back: {tokens:?}"
     );
 }
+
+#[test]
+fn check_names_the_slot_owner_and_the_cluster_state() {
+    let rig = ClusterRig::start(3, 0);
+    let url = rig.url();
+    let (code, out, err) = support::run_to_end(&["check", "--redis", &url, "--key", "chk"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let owner = rig
+        .owner_port("leaderd:{chk.check}:lease")
+        .expect("an owner");
+    assert!(
+        out.contains(&format!("(slot owner 127.0.0.1:{owner}): ROLE master")),
+        "{out}"
+    );
+    assert!(out.contains("the cluster's state is ok"), "{out}");
+    let (code, _, err) = support::run_to_end(&["check", "--redis", &format!("{url}/3")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("only database 0"), "{err}");
+}

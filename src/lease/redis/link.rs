@@ -17,7 +17,7 @@ use tokio::time::Instant;
 const REPLACE_AFTER_TIMEOUTS: u32 = 2;
 
 /// The ACL leaderd needs, for the hint of a refused permission.
-pub(super) const ACL_HINT: &str = "check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +rpush +blpop +ping (and +wait +role with --redis-wait-replicas)";
+pub(super) const ACL_HINT: &str = "check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +rpush +blpop +ping (and +wait +role with --redis-wait-replicas, +cluster|slots +cluster|keyslot +cluster|info in a Cluster)";
 
 /// The connection to Redis: made on demand, replaced when broken or when it
 /// keeps timing out.
@@ -341,6 +341,31 @@ impl Link {
             "{}: ROLE master, {replicas} connected replica(s)",
             self.url
         ));
+        if self.route.is_cluster() {
+            let mut info_cmd = redis::cmd("CLUSTER");
+            info_cmd.arg("INFO");
+            let info =
+                tokio::time::timeout_at(deadline, info_cmd.query_async::<String>(&mut conn)).await;
+            let state = match info {
+                Ok(Ok(info)) => info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("cluster_state:"))
+                    .unwrap_or("unknown")
+                    .trim()
+                    .to_string(),
+                Ok(Err(e)) => return Err(classify(e, &self.url, self.timeout)),
+                Err(_) => return Err(self.timed_out()),
+            };
+            if state != "ok" {
+                return Err(Error::Connection {
+                    backend: self.url.clone(),
+                    detail: format!("cluster_state is {state}, not ok"),
+                });
+            }
+            lines.push(
+                "the cluster's state is ok; the election's slot lives on the primary above".into(),
+            );
+        }
         match self.wait {
             WaitReplicas::Count(0) => {}
             WaitReplicas::Count(n) if n > replicas => {
