@@ -206,7 +206,15 @@ fn without_a_majority_of_sentinels_nobody_leads() {
 fn check_reports_every_sentinel_the_master_and_its_replicas() {
     let rig = Rig::start();
     let url = rig.url();
-    let (code, out, err) = support::run_to_end(&["check", "--redis", &url, "--key", "chk"]);
+    let (code, out, err) = support::run_to_end(&[
+        "check",
+        "--redis",
+        &url,
+        "--key",
+        "chk",
+        "--redis-timeout",
+        "2s",
+    ]);
     assert_eq!(code, 0, "{out}{err}");
     for sentinel in &rig.sentinels {
         let line = format!(
@@ -240,4 +248,39 @@ fn check_reports_every_sentinel_the_master_and_its_replicas() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("give at least three"), "{err}");
+}
+
+#[test]
+fn sentinels_with_a_password_of_their_own() {
+    let rig = Rig::start_with(Some("sentinel-s3cret"));
+    let url = format!("{}?sentinel_user=default", rig.url());
+    let check = |env: &[(&str, &str)]| {
+        // A generous timeout: the first operation also connects to three
+        // sentinels and the master, and WAIT gets what is left of it.
+        let out = support::command(&[
+            "check",
+            "--redis",
+            &url,
+            "--key",
+            "chk",
+            "--redis-timeout",
+            "2s",
+        ])
+        .envs(env.iter().copied())
+        .output()
+        .expect("leaderd check");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(!text.contains("sentinel-s3cret"), "{text}");
+        (out.status.code(), text)
+    };
+    let (code, out) = check(&[("LEADERD_REDIS_SENTINEL_PASSWORD", "sentinel-s3cret")]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("redis.sentinel_password = \"***\""), "{out}");
+    let (code, out) = check(&[]);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(
+        out.contains("NOAUTH") || out.contains("Authentication"),
+        "{out}"
+    );
 }

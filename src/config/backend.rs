@@ -19,6 +19,8 @@ pub enum BackendConfig {
         tls: RedisTls,
         /// Replicas that must acknowledge each acquire and renewal.
         wait: WaitReplicas,
+        /// Under Sentinel, the sentinels' own password, when they have one.
+        sentinel_password: Option<Secret>,
     },
     /// `implicit` when no backend was configured and the embedded default is used.
     LockFile { path: PathBuf, implicit: bool },
@@ -144,6 +146,7 @@ pub(super) fn backend(
                     timeout: Duration::ZERO,
                     tls: RedisTls::default(),
                     wait: WaitReplicas::Count(0),
+                    sentinel_password: None,
                 },
                 origin: urls.origin,
             }),
@@ -277,4 +280,56 @@ pub(super) fn redis_wait(
     };
     note("redis.wait_replicas", format!("{shown:?}"), &origin);
     Ok(wait)
+}
+
+/// The sentinels' own password: `LEADERD_REDIS_SENTINEL_PASSWORD`, or the
+/// file named by `--redis-sentinel-password-file` (or its env var or TOML
+/// key). Only with a `redis+sentinel://` URL.
+pub(super) fn sentinel_password(
+    r: &Resolver<'_>,
+    s: &Sources<'_>,
+    url: &RedisUrl,
+    warnings: &mut Vec<String>,
+    note: &mut impl FnMut(&'static str, String, &Origin),
+) -> Result<Option<Secret>, ConfigError> {
+    let env = options::REDIS_SENTINEL_PASSWORD.env.expect("declared");
+    let given = r.env(env)?.map(|p| (Secret::new(p), Origin::Env(env)));
+    let file = r.scalar(&options::REDIS_SENTINEL_PASSWORD_FILE, |p| {
+        Ok(PathBuf::from(p))
+    })?;
+    let password = match (given, file) {
+        (Some(_), Some(file)) => {
+            return Err(ConfigError(format!(
+                "both {env} and a sentinel password file ({}) are set; choose one",
+                file.origin
+            )));
+        }
+        (Some(given), None) => Some(given),
+        (None, Some(file)) => {
+            let (text, mode) = (s.read_secret)(&file.value).map_err(|e| {
+                ConfigError(format!(
+                    "{}: cannot read {}: {e}",
+                    file.origin,
+                    file.value.display()
+                ))
+            })?;
+            warnings.extend(super::loose_secret_file(&file.origin, &file.value, mode));
+            Some((
+                Secret::new(text.trim_end_matches(['\n', '\r'])),
+                file.origin,
+            ))
+        }
+        (None, None) => None,
+    };
+    let Some((password, origin)) = password else {
+        return Ok(None);
+    };
+    if url.sentinel().is_none() {
+        return Err(ConfigError(format!(
+            "{origin}: a sentinel password applies to redis+sentinel:// URLs, but the Redis URL is `{}`",
+            url.redacted()
+        )));
+    }
+    note("redis.sentinel_password", "\"***\"".into(), &origin);
+    Ok(Some(password))
 }

@@ -137,6 +137,26 @@ pub const REDIS_URL_FILE: Spec = spec(
 .value("FILE")
 .under(BACKEND)
 .help("A file holding the Redis URL(s), one per line, read at start-up");
+pub const REDIS_SENTINEL_PASSWORD_FILE: Spec = spec(
+    "redis_sentinel_password_file",
+    "--redis-sentinel-password-file",
+    "LEADERD_REDIS_SENTINEL_PASSWORD_FILE",
+    "redis.sentinel_password_file",
+)
+.value("FILE")
+.under(BACKEND)
+.help("Sentinel only, when the sentinels have credentials of their own: a file holding their password (the user: ?sentinel_user= in the URL)");
+pub const REDIS_SENTINEL_PASSWORD: Spec = spec(
+    "redis_sentinel_password",
+    "",
+    "LEADERD_REDIS_SENTINEL_PASSWORD",
+    "",
+)
+.no_flag()
+.no_key()
+.value("PASSWORD")
+.under(BACKEND)
+.help("The sentinels' password itself (instead of the file)");
 pub const LOCK_FILE: Spec = spec("lock_file", "--lock-file", "LEADERD_LOCK_FILE", "lock_file")
     .value("PATH")
     .under(BACKEND)
@@ -349,12 +369,14 @@ pub const LOG_LEVEL: Spec = spec("log_level", "--log-level", "RUST_LOG", "log.le
     .default("info");
 
 /// Every option, in the order of `--help`, `check` and the docs.
-pub const ALL: [&Spec; 29] = [
+pub const ALL: [&Spec; 31] = [
     &CONFIG,
     &KEY,
     &ID,
     &REDIS,
     &REDIS_URL_FILE,
+    &REDIS_SENTINEL_PASSWORD_FILE,
+    &REDIS_SENTINEL_PASSWORD,
     &LOCK_FILE,
     &REDIS_TLS_CA,
     &REDIS_TLS_CERT,

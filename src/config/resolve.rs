@@ -1,7 +1,7 @@
 //! Precedence and validation: picks each option from flag > environment >
 //! file > default, parses it, then checks the relations between options.
 
-use super::backend::{backend, redis_tls, redis_wait};
+use super::backend::{backend, redis_tls, redis_wait, sentinel_password};
 use super::file::At;
 use super::options::{self, Spec};
 use super::sections::{admin, child, webhook};
@@ -267,8 +267,10 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
         BackendConfig::Redis { url, .. } => {
             let tls = redis_tls(&r, s, &url, &mut warnings, &mut note)?;
             let wait = redis_wait(&r, &url, &mut note)?;
+            let sentinel_password = sentinel_password(&r, s, &url, &mut warnings, &mut note)?;
             BackendConfig::Redis {
                 wait,
+                sentinel_password,
                 url,
                 timeout: redis_timeout.value,
                 tls,

@@ -360,6 +360,10 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
     let uncommented = uncommented
         .replace("lock_file = \"/run/leaderd/jobs.lock\"", "")
         .replace("url_file = \"/run/secrets/leaderd-redis-url\"", "")
+        .replace(
+            "sentinel_password_file = \"/run/secrets/leaderd-sentinel-password\"",
+            "",
+        )
         .replace("tls_ca_file = \"/etc/leaderd/redis-ca.pem\"", "")
         .replace("tls_cert_file = \"/etc/leaderd/client.pem\"", "")
         .replace("tls_key_file = \"/etc/leaderd/client.key\"", "")

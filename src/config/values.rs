@@ -185,6 +185,8 @@ pub struct SentinelUrl {
     pub db: u16,
     /// `user:password@`, as written (percent-encoded), for the data nodes.
     pub userinfo: Option<String>,
+    /// `?sentinel_user=`: the sentinels' own user, when they have one.
+    pub sentinel_user: Option<String>,
     pub tls: bool,
 }
 
@@ -228,6 +230,20 @@ fn parse_sentinel(text: &str) -> Result<Option<SentinelUrl>, String> {
         .split_once('/')
         .ok_or_else(|| format!("no service name; {SENTINEL_FORM}"))?;
     let sentinels = parse_hosts(hosts, 26379, SENTINEL_FORM)?;
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+    let mut sentinel_user = None;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("sentinel_user", user)) if !user.is_empty() => {
+                sentinel_user = Some(user.to_string());
+            }
+            _ => {
+                return Err(format!(
+                    "unknown parameter `{pair}`; the one parameter is ?sentinel_user=NAME (its password: LEADERD_REDIS_SENTINEL_PASSWORD or --redis-sentinel-password-file)"
+                ));
+            }
+        }
+    }
     let mut parts = path.split('/');
     let service = parts.next().unwrap_or_default().to_string();
     if service.is_empty() {
@@ -255,6 +271,7 @@ fn parse_sentinel(text: &str) -> Result<Option<SentinelUrl>, String> {
         service,
         db,
         userinfo,
+        sentinel_user,
         tls,
     }))
 }

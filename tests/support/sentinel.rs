@@ -13,10 +13,17 @@ const PATIENCE: Duration = Duration::from_secs(30);
 pub struct Sentinel {
     pub port: u16,
     child: Child,
+    /// The sentinels' own password, when they have one.
+    password: Option<String>,
 }
 
 impl Sentinel {
-    fn start(dir: &std::path::Path, n: usize, master_port: u16) -> Sentinel {
+    fn start(
+        dir: &std::path::Path,
+        n: usize,
+        master_port: u16,
+        password: Option<&str>,
+    ) -> Sentinel {
         let port = free_port();
         let conf = dir.join(format!("sentinel-{n}.conf"));
         let work = dir.join(format!("sentinel-{n}"));
@@ -26,8 +33,13 @@ impl Sentinel {
              sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n\
              sentinel down-after-milliseconds {SERVICE} 1000\n\
              sentinel failover-timeout {SERVICE} 4000\n\
-             sentinel parallel-syncs {SERVICE} 1\n",
-            path_str(&work)
+             sentinel parallel-syncs {SERVICE} 1\n{}",
+            path_str(&work),
+            // Sentinels with a password of their own authenticate to each
+            // other with it too.
+            password.map_or(String::new(), |p| format!(
+                "requirepass {p}\nsentinel sentinel-user default\nsentinel sentinel-pass {p}\n"
+            ))
         );
         std::fs::write(&conf, text).expect("sentinel config");
         let child = Command::new("redis-server")
@@ -36,11 +48,19 @@ impl Sentinel {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server (as a sentinel)");
-        Sentinel { port, child }
+        Sentinel {
+            port,
+            child,
+            password: password.map(str::to_string),
+        }
     }
 
     pub fn cmd(&self, args: &[&str]) -> Result<redis::Value, redis::RedisError> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port))?;
+        let auth = self
+            .password
+            .as_ref()
+            .map_or(String::new(), |p| format!("default:{p}@"));
+        let client = redis::Client::open(format!("redis://{auth}127.0.0.1:{}", self.port))?;
         let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
         conn.set_read_timeout(Some(Duration::from_secs(5)))?;
         let mut cmd = redis::cmd(args[0]);
@@ -86,12 +106,17 @@ pub struct Rig {
 
 impl Rig {
     pub fn start() -> Rig {
+        Rig::start_with(None)
+    }
+
+    /// With sentinels that require `password` (`requirepass`).
+    pub fn start_with(password: Option<&str>) -> Rig {
         let dir = Scratch::new(&format!("sentinel-{}", free_port()));
         let master = Redis::start();
         let port = master.port.to_string();
         let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &port]);
         let sentinels = (0..3)
-            .map(|n| Sentinel::start(&dir, n, master.port))
+            .map(|n| Sentinel::start(&dir, n, master.port, password))
             .collect();
         let rig = Rig {
             nodes: vec![master, replica],

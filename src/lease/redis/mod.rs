@@ -70,12 +70,13 @@ impl RedisLease {
             timeout,
             tls,
             wait,
+            sentinel_password,
         } = &config.backend
         else {
             unreachable!("lease::open passes only a Redis configuration")
         };
         // Under Sentinel and Cluster the node is found at the first operation.
-        let route = route::Route::open(url, tls, &keys(&config.key).lease)?;
+        let route = route::Route::open(url, tls, &keys(&config.key).lease, sentinel_password)?;
         let client = match route {
             route::Route::Direct => Some(tls::client(url, tls)?),
             _ => None,

@@ -6,7 +6,7 @@
 use super::Error;
 use super::cluster::Cluster;
 use super::sentinel::Sentinels;
-use crate::config::{RedisTls, RedisUrl};
+use crate::config::{RedisTls, RedisUrl, Secret};
 use tokio::time::Instant;
 
 pub(super) enum Route {
@@ -23,12 +23,15 @@ pub(super) struct Target {
 }
 
 impl Route {
-    pub(super) fn open(url: &RedisUrl, tls: &RedisTls, key: &str) -> Result<Route, Error> {
+    pub(super) fn open(
+        url: &RedisUrl,
+        tls: &RedisTls,
+        key: &str,
+        sentinel_password: &Option<Secret>,
+    ) -> Result<Route, Error> {
         if let Some(sentinel) = url.sentinel() {
-            return Ok(Route::Sentinel(
-                Sentinels::new(sentinel, Some(tls))?,
-                tls.clone(),
-            ));
+            let sentinels = Sentinels::new(sentinel, tls, sentinel_password.as_ref())?;
+            return Ok(Route::Sentinel(sentinels, tls.clone()));
         }
         if let Some(cluster) = url.cluster() {
             return Ok(Route::Cluster(

@@ -12,7 +12,7 @@
 //! released on a node the sentinels no longer name.
 
 use super::Error;
-use crate::config::SentinelUrl;
+use crate::config::{Secret, SentinelUrl};
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
@@ -36,9 +36,13 @@ pub(super) struct Sentinels {
 }
 
 impl Sentinels {
+    /// Clients for every sentinel, with the sentinels' own credentials
+    /// when the URL names a `sentinel_user` or a password is given (never
+    /// the data nodes': a sentinel without a password refuses `AUTH`).
     pub(super) fn new(
         url: SentinelUrl,
-        tls: Option<&crate::config::RedisTls>,
+        tls: &crate::config::RedisTls,
+        password: Option<&Secret>,
     ) -> Result<Self, Error> {
         let shown = format!(
             "sentinel://{}/{}",
@@ -49,6 +53,10 @@ impl Sentinels {
                 .join(","),
             url.service
         );
+        let bad = |detail: String| Error::Unexpected {
+            backend: shown.clone(),
+            detail,
+        };
         let mut clients = Vec::new();
         for (host, port) in &url.sentinels {
             let scheme = if url.tls { "rediss" } else { "redis" };
@@ -57,16 +65,18 @@ impl Sentinels {
             } else {
                 host.clone()
             };
-            let text = format!("{scheme}://{host}:{port}");
-            let node =
-                crate::config::parse_redis_url(&text).map_err(|detail| Error::Unexpected {
-                    backend: shown.clone(),
-                    detail,
-                })?;
-            clients.push(super::tls::client(
-                &node,
-                tls.unwrap_or(&Default::default()),
-            )?);
+            let mut text = url::Url::parse(&format!("{scheme}://{host}:{port}"))
+                .map_err(|e| bad(e.to_string()))?;
+            if let Some(user) = &url.sentinel_user {
+                text.set_username(user)
+                    .map_err(|()| bad("the sentinel user cannot go in a URL".into()))?;
+            }
+            if let Some(password) = password {
+                text.set_password(Some(password.expose()))
+                    .map_err(|()| bad("the sentinel password cannot go in a URL".into()))?;
+            }
+            let node = crate::config::parse_redis_url(text.as_str()).map_err(bad)?;
+            clients.push(super::tls::client(&node, tls)?);
         }
         Ok(Sentinels {
             conns: vec![None; clients.len()],
