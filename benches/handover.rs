@@ -354,6 +354,51 @@ fn startup_to_first_acquire(bench: &mut Bench, runs: usize) -> Stats {
     stats(times)
 }
 
+/// A renewal's round trip (mean, from the leader's own histogram) against a
+/// primary with one replica, with `--redis-wait-replicas wait`.
+fn renewal_with_wait(wait: &str, window: Duration) -> (f64, u64) {
+    let primary = Redis::start();
+    let port = primary.port.to_string();
+    let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &port]);
+    eventually(Duration::from_secs(30), "the replica online", || {
+        primary
+            .info("replication")
+            .contains("state=online")
+            .then_some(())
+    });
+    let url = primary.url();
+    let node = Leaderd::run(
+        "w",
+        &[
+            "--redis",
+            &url,
+            "--key",
+            "wait",
+            "--ttl",
+            "1s",
+            "--log-level",
+            "warn",
+            "--redis-wait-replicas",
+            wait,
+        ],
+    );
+    node.wait_leading(Duration::from_secs(30));
+    std::thread::sleep(window); // renewals every 333 ms meanwhile
+    let (_, body) = node.get("/metrics").expect("/metrics");
+    let text = body.as_str().unwrap_or_default().to_string();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let sum = value("leaderd_lease_operation_duration_seconds_sum{op=\"renew\"}");
+    let count = value("leaderd_lease_operation_duration_seconds_count{op=\"renew\"}");
+    drop(replica);
+    (sum / count.max(1.0) * 1000.0, count as u64)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some(PROBE) {
@@ -432,6 +477,13 @@ fn main() {
     );
     let first = startup_to_first_acquire(&mut bench, 10);
     row("start-up to first acquire (spawn → child running)", &first);
+    println!();
+    println!("| renewal round trip, primary + 1 replica, ttl 1 s, 15 s | mean | n |");
+    println!("|---|---|---|");
+    for wait in ["0", "1"] {
+        let (mean, n) = renewal_with_wait(wait, Duration::from_secs(15));
+        println!("| --redis-wait-replicas {wait} | {mean:.3} ms | {n} |");
+    }
     println!();
     println!(
         "| idle, 20 s window | Redis commands/s sent (all candidates) | incl. commands inside scripts | max RSS per instance | avg CPU per instance | max CPU per instance |"
