@@ -6,6 +6,7 @@
 //! operation is one Lua script, called by hash (reloaded after `NOSCRIPT`),
 //! under one overall timeout.
 
+mod check;
 mod cluster;
 mod link;
 mod route;
