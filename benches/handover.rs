@@ -376,6 +376,8 @@ fn renewal_with_wait(wait: &str, window: Duration) -> (f64, u64) {
             "wait",
             "--ttl",
             "1s",
+            "--redis-timeout",
+            "200ms",
             "--log-level",
             "warn",
             "--redis-wait-replicas",
