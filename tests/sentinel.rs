@@ -120,6 +120,14 @@ fn a_sentinel_failover_never_makes_two_leaders() {
     let key = support::key("sentinel-failover");
     let nodes = candidates(&rig, &key);
     let (first, token) = leader_on_the_master(&rig, &nodes, &key);
+    for node in &nodes {
+        let warned: Vec<String> = node
+            .log()
+            .into_iter()
+            .filter(|l| l.contains(" WARN "))
+            .collect();
+        assert!(warned.is_empty(), "{}: {warned:#?}", node.id);
+    }
     let watch = watch(&nodes);
     let asked = Instant::now();
     let new = rig.failover();

@@ -111,8 +111,16 @@ async fn listen(
         .set_connection_timeout(Some(source.timeout))
         .set_response_timeout(None);
     // Seen now: a change from here on makes this connection follow it.
-    let client = source.target.borrow_and_update().clone();
-    let client = client.ok_or("the master is not known yet")?;
+    // Under Sentinel and Cluster the node is known after the first lease
+    // operation: wait for it rather than report a failure.
+    let client = loop {
+        if let Some(client) = source.target.borrow_and_update().clone() {
+            break client;
+        }
+        if source.target.changed().await.is_err() {
+            return Ok(()); // the lease side is gone: shutting down
+        }
+    };
     let connect = client.get_multiplexed_async_connection_with_config(&config);
     let mut conn = tokio::time::timeout(source.timeout, connect)
         .await
