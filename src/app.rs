@@ -56,7 +56,10 @@ struct Prepared {
 async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Failure> {
     let child = child_spec(config)?;
     let webhooks = webhooks(config, metrics)?;
-    let backend = backend(config)?;
+    let mut backend = backend(config)?;
+    backend
+        .preflight()
+        .map_err(|e| ConfigError(e.to_string()))?;
     let listener = match config.http {
         Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
             ConfigError(format!(

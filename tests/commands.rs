@@ -378,6 +378,10 @@ fn check_meets_every_start_up_error_that_run_meets() {
             ],
         ),
         (
+            "lock file in a directory that does not exist",
+            vec!["--lock-file", "/nonexistent-leaderd-dir/lease.lock"],
+        ),
+        (
             "unreadable TLS CA",
             vec![
                 "--redis",
@@ -389,7 +393,7 @@ fn check_meets_every_start_up_error_that_run_meets() {
     ];
     for (what, extra) in cases {
         let mut args: Vec<&str> = Vec::new();
-        if !extra.contains(&"--redis") {
+        if !extra.contains(&"--redis") && !extra.contains(&"--lock-file") {
             args.extend(base);
         }
         if !extra.contains(&"--http") {

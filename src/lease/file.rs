@@ -206,6 +206,12 @@ fn unix_ms() -> u64 {
 }
 
 impl LeaseBackend for FileLease {
+    /// The lock file can be opened (created) now: a missing directory or
+    /// a permission is a configuration error at start-up, not a retry loop.
+    fn preflight(&mut self) -> Result<(), Error> {
+        self.open_file().map(drop)
+    }
+
     fn describe(&self) -> String {
         format!("lock file {}", self.path.display())
     }

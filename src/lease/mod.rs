@@ -213,6 +213,14 @@ pub trait LeaseBackend: Send {
         None
     }
 
+    /// What `run` (and `check`) verify before campaigning, where a problem
+    /// no retry can fix shows up locally (a lock file's directory that does
+    /// not exist). Never touches the network: a backend that is down is
+    /// retried, not refused.
+    fn preflight(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+
     /// `leaderd check`, beyond `peek`: exercise what `run` will do (as the
     /// configured user, on a scratch lease) and return one line per thing
     /// checked.
