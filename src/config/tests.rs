@@ -535,3 +535,46 @@ fn check_names_every_option_by_its_declared_key() {
         );
     }
 }
+
+#[test]
+fn sentinel_and_cluster_urls_name_their_nodes_with_the_credentials() {
+    let url = parse_redis_url(
+        "rediss+sentinel://app:p%2Fw@s1:26379,[::1]:26380,s3/svc/2?sentinel_user=sen",
+    )
+    .expect("valid");
+    assert!(url.is_tls());
+    assert_eq!(
+        url.redacted(),
+        "rediss+sentinel://app:***@s1:26379,[::1]:26380,s3/svc/2?sentinel_user=sen"
+    );
+    let sentinel = url.sentinel().expect("a sentinel URL");
+    assert_eq!(
+        sentinel.sentinels,
+        [
+            ("s1".into(), 26379),
+            ("::1".into(), 26380),
+            ("s3".into(), 26379)
+        ]
+    );
+    assert_eq!((sentinel.service.as_str(), sentinel.db), ("svc", 2));
+    assert_eq!(sentinel.sentinel_user.as_deref(), Some("sen"));
+    assert_eq!(
+        sentinel.node_url("10.0.0.9", 6380),
+        "rediss://app:p%2Fw@10.0.0.9:6380/2"
+    );
+
+    let url = parse_redis_url("redis+cluster://n1:7000,n2").expect("valid");
+    let cluster = url.cluster().expect("a cluster URL");
+    assert_eq!(cluster.seeds, [("n1".into(), 7000), ("n2".into(), 6379)]);
+    assert_eq!(cluster.node_url("::1", 7001), "redis://[::1]:7001");
+    assert!(url.sentinel().is_none() && !url.is_tls());
+
+    for bad in [
+        "redis+sentinel://s1,s2/svc",
+        "redis+sentinel://s1,s2,s3",
+        "redis+sentinel://s1,s2,s3/svc?other=1",
+        "redis+cluster://n1,n2/1",
+    ] {
+        assert!(parse_redis_url(bad).is_err(), "{bad}");
+    }
+}

@@ -194,17 +194,7 @@ impl SentinelUrl {
     /// The URL of a data node at `host:port` with this URL's credentials,
     /// database and TLS.
     pub fn node_url(&self, host: &str, port: u16) -> String {
-        let scheme = if self.tls { "rediss" } else { "redis" };
-        let userinfo = self
-            .userinfo
-            .as_ref()
-            .map_or(String::new(), |u| format!("{u}@"));
-        let host = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host.to_string()
-        };
-        format!("{scheme}://{userinfo}{host}:{port}/{}", self.db)
+        node_url(self.tls, self.userinfo.as_deref(), host, port) + &format!("/{}", self.db)
     }
 }
 
@@ -214,17 +204,8 @@ const SENTINEL_FORM: &str =
 /// `redis[s]+sentinel://[userinfo@]h1:p1,h2:p2/SERVICE[/DB]`; `None` for
 /// any other scheme.
 fn parse_sentinel(text: &str) -> Result<Option<SentinelUrl>, String> {
-    let (tls, rest) = if let Some(rest) = text.strip_prefix("redis+sentinel://") {
-        (false, rest)
-    } else if let Some(rest) = text.strip_prefix("rediss+sentinel://") {
-        (true, rest)
-    } else {
+    let Some((tls, userinfo, rest)) = split_multi(text, "sentinel") else {
         return Ok(None);
-    };
-    // The userinfo ends at the last `@` (a password may hold `/`).
-    let (userinfo, rest) = match rest.rfind('@') {
-        Some(at) => (Some(rest[..at].to_string()), &rest[at + 1..]),
-        None => (None, rest),
     };
     let (hosts, path) = rest
         .split_once('/')
@@ -276,6 +257,33 @@ fn parse_sentinel(text: &str) -> Result<Option<SentinelUrl>, String> {
     }))
 }
 
+/// `redis[s]://[userinfo@]host:port` for one node of a multi-node URL.
+fn node_url(tls: bool, userinfo: Option<&str>, host: &str, port: u16) -> String {
+    let scheme = if tls { "rediss" } else { "redis" };
+    let userinfo = userinfo.map_or(String::new(), |u| format!("{u}@"));
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    format!("{scheme}://{userinfo}{host}:{port}")
+}
+
+/// For `redis+KIND://` and `rediss+KIND://`: TLS or not, the userinfo (up
+/// to the last `@`: a password may hold `/`) and the rest; `None` for any
+/// other scheme.
+fn split_multi<'a>(text: &'a str, kind: &str) -> Option<(bool, Option<String>, &'a str)> {
+    let (tls, rest) = if let Some(rest) = text.strip_prefix(&format!("redis+{kind}://")) {
+        (false, rest)
+    } else {
+        (true, text.strip_prefix(&format!("rediss+{kind}://"))?)
+    };
+    Some(match rest.rfind('@') {
+        Some(at) => (tls, Some(rest[..at].to_string()), &rest[at + 1..]),
+        None => (tls, None, rest),
+    })
+}
+
 /// `host:port,host:port,…` (IPv6 in brackets), each port `default` when left out.
 fn parse_hosts(hosts: &str, default: u16, form: &str) -> Result<Vec<(String, u16)>, String> {
     let mut parsed_hosts = Vec::new();
@@ -308,17 +316,7 @@ pub struct ClusterUrl {
 impl ClusterUrl {
     /// The URL of node `host:port` with this URL's credentials and TLS.
     pub fn node_url(&self, host: &str, port: u16) -> String {
-        let scheme = if self.tls { "rediss" } else { "redis" };
-        let userinfo = self
-            .userinfo
-            .as_ref()
-            .map_or(String::new(), |u| format!("{u}@"));
-        let host = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host.to_string()
-        };
-        format!("{scheme}://{userinfo}{host}:{port}")
+        node_url(self.tls, self.userinfo.as_deref(), host, port)
     }
 }
 
@@ -327,16 +325,8 @@ const CLUSTER_FORM: &str =
 
 /// `redis[s]+cluster://[userinfo@]h1:p1,h2:p2[/0]`; `None` for any other scheme.
 fn parse_cluster(text: &str) -> Result<Option<ClusterUrl>, String> {
-    let (tls, rest) = if let Some(rest) = text.strip_prefix("redis+cluster://") {
-        (false, rest)
-    } else if let Some(rest) = text.strip_prefix("rediss+cluster://") {
-        (true, rest)
-    } else {
+    let Some((tls, userinfo, rest)) = split_multi(text, "cluster") else {
         return Ok(None);
-    };
-    let (userinfo, rest) = match rest.rfind('@') {
-        Some(at) => (Some(rest[..at].to_string()), &rest[at + 1..]),
-        None => (None, rest),
     };
     let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
     if !matches!(path, "" | "0") {

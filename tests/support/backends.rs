@@ -23,6 +23,19 @@ pub trait Scene {
     fn heal(&mut self);
 }
 
+/// The lease's remaining time on `redis`.
+fn remaining_on(redis: &Redis, key: &str) -> Option<Duration> {
+    let pttl = redis.pttl(&format!("leaderd:{{{key}}}:lease"));
+    Some(Duration::from_millis(pttl.max(0) as u64))
+}
+
+/// Another holder's lease written over ours on `redis`.
+fn steal_on(redis: &Redis, key: &str) {
+    let value = r#"{"id":"thief","fencing_token":1,"owner":"not-yours"}"#;
+    let lease = format!("leaderd:{{{key}}}:lease");
+    redis.cmd(&["SET", &lease, value, "PX", "60000"]);
+}
+
 pub struct RedisScene {
     redis: Redis,
     /// Extra flags for TLS (`--redis-tls-ca`).
@@ -73,21 +86,13 @@ impl Scene for RedisScene {
         .collect()
     }
     fn remaining(&self, key: &str) -> Option<Duration> {
-        let pttl = self.redis.pttl(&format!("leaderd:{{{key}}}:lease"));
-        Some(Duration::from_millis(pttl.max(0) as u64))
+        remaining_on(&self.redis, key)
     }
     fn lose_data(&mut self, _key: &str) {
         self.redis.restart();
     }
     fn steal(&self, key: &str) {
-        let value = r#"{"id":"thief","fencing_token":1,"owner":"not-yours"}"#;
-        self.redis.cmd(&[
-            "SET",
-            &format!("leaderd:{{{key}}}:lease"),
-            value,
-            "PX",
-            "60000",
-        ]);
+        steal_on(&self.redis, key);
     }
     fn cut(&mut self) -> bool {
         self.redis.pause();
@@ -175,25 +180,14 @@ impl Scene for SentinelScene {
         .to_vec()
     }
     fn remaining(&self, key: &str) -> Option<Duration> {
-        let pttl = self
-            .rig
-            .master_node()
-            .pttl(&format!("leaderd:{{{key}}}:lease"));
-        Some(Duration::from_millis(pttl.max(0) as u64))
+        remaining_on(self.rig.master_node(), key)
     }
     fn lose_data(&mut self, _key: &str) {
         // The master and, by replication, its replica forget everything.
         self.rig.master_node().cmd(&["FLUSHALL"]);
     }
     fn steal(&self, key: &str) {
-        let value = r#"{"id":"thief","fencing_token":1,"owner":"not-yours"}"#;
-        self.rig.master_node().cmd(&[
-            "SET",
-            &format!("leaderd:{{{key}}}:lease"),
-            value,
-            "PX",
-            "60000",
-        ]);
+        steal_on(self.rig.master_node(), key);
     }
     fn cut(&mut self) -> bool {
         // No majority of sentinels: no master anyone may use.
@@ -243,21 +237,13 @@ impl Scene for ClusterScene {
         .to_vec()
     }
     fn remaining(&self, key: &str) -> Option<Duration> {
-        let pttl = self.owner(key).pttl(&format!("leaderd:{{{key}}}:lease"));
-        Some(Duration::from_millis(pttl.max(0) as u64))
+        remaining_on(self.owner(key), key)
     }
     fn lose_data(&mut self, key: &str) {
         self.owner(key).cmd(&["FLUSHALL"]);
     }
     fn steal(&self, key: &str) {
-        let value = r#"{"id":"thief","fencing_token":1,"owner":"not-yours"}"#;
-        self.owner(key).cmd(&[
-            "SET",
-            &format!("leaderd:{{{key}}}:lease"),
-            value,
-            "PX",
-            "60000",
-        ]);
+        steal_on(self.owner(key), key);
     }
     fn cut(&mut self) -> bool {
         for node in &self.rig.nodes {
