@@ -120,11 +120,14 @@ fn a_sentinel_failover_never_makes_two_leaders() {
     let key = support::key("sentinel-failover");
     let nodes = candidates(&rig, &key);
     let (first, token) = leader_on_the_master(&rig, &nodes, &key);
+    // The wake-up listener waits for the first master quietly. (A first
+    // acquire may still fall short of WAIT on a loaded machine: connecting
+    // to three sentinels and the master comes out of the same timeout.)
     for node in &nodes {
         let warned: Vec<String> = node
             .log()
             .into_iter()
-            .filter(|l| l.contains(" WARN "))
+            .filter(|l| l.contains("cannot wait for release wake-ups"))
             .collect();
         assert!(warned.is_empty(), "{}: {warned:#?}", node.id);
     }
