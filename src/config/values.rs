@@ -450,7 +450,8 @@ pub fn parse_log_format(text: &str) -> Result<LogFormat, String> {
 /// that is not a level is refused: tracing would read `verbose` as "only the
 /// target named verbose", which silently turns every line off.
 pub fn parse_log_level(text: &str) -> Result<String, String> {
-    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    // The levels completions offer are the levels there are.
+    let levels = super::options::LOG_LEVEL.choices;
     let hint = "use error, warn, info, debug or trace, or a filter such as info,leaderd=debug";
     let trimmed = text.trim();
     if trimmed.is_empty() {
@@ -461,7 +462,7 @@ pub fn parse_log_level(text: &str) -> Result<String, String> {
             Some((_, level)) => level,
             None => directive,
         };
-        if !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+        if !levels.contains(&level.to_ascii_lowercase().as_str()) {
             return Err(format!(
                 "`{directive}` in `{trimmed}` is not a log level; {hint}"
             ));

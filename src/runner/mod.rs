@@ -170,6 +170,7 @@ pub async fn run(
             if let Some(code) = once.as_mut().and_then(|o| o.verdict(&state, shutdown_seen)) {
                 exit_code = Some(code);
                 shutdown.cancel();
+                once = None;
             }
             continue;
         }

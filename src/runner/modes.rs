@@ -48,7 +48,8 @@ pub(super) struct Once {
 pub const EXIT_NOT_LEADER: i32 = 75;
 
 impl Once {
-    /// The exit code to end the run with, if the run-once outcome is known.
+    /// The exit code to end the run with, if the run-once outcome is known
+    /// (once known, the runner stops asking).
     pub(super) fn verdict(&mut self, state: &State, shutdown_seen: bool) -> Option<i32> {
         if shutdown_seen {
             return None;
@@ -60,7 +61,6 @@ impl Once {
                 && state.name() != StateName::Acquiring
             {
                 tracing::info!("not leader within --wait: exiting without running the command");
-                self.started = true; // decided: nothing more to judge
                 return Some(EXIT_NOT_LEADER);
             }
             return None;

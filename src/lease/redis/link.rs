@@ -143,14 +143,14 @@ impl Link {
             (true, WaitReplicas::Count(n)) => n,
             (true, WaitReplicas::Auto) => self.replicas.unwrap_or(0).min(1),
         };
-        let mut result = self.send(&mut conn, call, asked, deadline).await;
+        let mut result = self.send(&mut conn, call, write, asked, deadline).await;
         if let Err(e) = &result
             && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
         {
             // SCRIPT FLUSH, or a node that never had them: load and resend.
             let loaded = self.load_scripts(&mut conn, deadline).await;
             result = match loaded {
-                Ok(()) => self.send(&mut conn, call, asked, deadline).await,
+                Ok(()) => self.send(&mut conn, call, write, asked, deadline).await,
                 Err(e) => Err(e),
             };
         }
@@ -263,11 +263,14 @@ impl Link {
         &mut self,
         conn: &mut MultiplexedConnection,
         call: &Cmd,
+        write: bool,
         asked: u32,
         deadline: Instant,
     ) -> Result<(Value, Replication), RedisError> {
         let timed_out = || RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
-        let auto = self.wait == WaitReplicas::Auto;
+        // `ROLE` rides along only with writes under `auto`: reads (peek,
+        // release) stay one command.
+        let auto = write && self.wait == WaitReplicas::Auto;
         if asked == 0 && !auto {
             return match tokio::time::timeout_at(deadline, call.query_async::<Value>(conn)).await {
                 Ok(result) => result.map(|v| (v, Replication::default())),
