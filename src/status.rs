@@ -39,8 +39,6 @@ pub struct Snapshot {
     pub shutting_down: bool,
     /// When the current term began (working or renewing since then).
     pub leading_since: Option<SystemTime>,
-    /// The holder carries our id with another ownership token.
-    pub duplicate_id: bool,
 }
 
 /// How long past its expiry a standby still names the holder it saw: the
@@ -58,7 +56,6 @@ impl Snapshot {
             ready: false,
             shutting_down: false,
             leading_since: None,
-            duplicate_id: false,
         }
     }
 
@@ -107,7 +104,8 @@ impl Snapshot {
                 .leading_since
                 .filter(|_| held.is_some())
                 .map(|t| humantime::format_rfc3339_millis(t).to_string()),
-            duplicate_id: self.duplicate_id,
+            // Another holder under our id: two candidates share an id.
+            duplicate_id: held.is_none() && observed.is_some_and(|o| o.id.as_deref() == Some(id)),
         }
     }
 }
@@ -280,6 +278,8 @@ mod tests {
             expires_at: Some(now + Duration::from_secs(2)),
         });
         let v = s.leader_view("me", "k", now + Duration::from_millis(500));
+        assert!(!v.duplicate_id);
+        assert!(s.leader_view("other", "k", now).duplicate_id, "the holder has our id");
         assert_eq!(
             (v.leader.as_deref(), v.leader_observed_ms_ago),
             (Some("other"), Some(500))

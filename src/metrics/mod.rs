@@ -277,11 +277,6 @@ impl Metrics {
             .inc();
     }
 
-    /// Whether the holder carries our id with another token.
-    pub fn set_duplicate_id(&self, duplicate: bool) {
-        self.duplicate_id.set(i64::from(duplicate));
-    }
-
     /// The exposition in `format`, with the leadership gauges taken from `view`.
     pub fn render(&self, view: &LeaderView, format: Format) -> String {
         let leading = i64::from(view.is_leader);
@@ -292,6 +287,7 @@ impl Metrics {
             })
             .set(leading);
         self.fencing_token.set(view.fencing_token.unwrap_or(0));
+        self.duplicate_id.set(i64::from(view.duplicate_id));
         let dropped = crate::telemetry::dropped_lines();
         let counted = self.log_lines_dropped.get();
         if dropped > counted {

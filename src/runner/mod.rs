@@ -105,6 +105,7 @@ pub async fn run(
         started: false,
     });
     let hold = config.admin.step_down_hold;
+    let mut duplicate_warned = false;
     status.send_modify(|s| {
         s.ready = true;
         s.shutting_down = shutdown_seen;
@@ -192,7 +193,7 @@ pub async fn run(
                 if released {
                     held = false;
                 }
-                notice_duplicate_id(&status, &metrics, ident.id);
+                notice_duplicate_id(&status, ident.id, &mut duplicate_warned);
                 Some(event)
             }
             Some(event) = work_events.recv() => Some(match event {

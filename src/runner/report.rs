@@ -1,11 +1,10 @@
 //! What the lease worker reports, turned into the machine's events: the
 //! holder it saw, the metrics' labels, the rate-limited backend error log,
-//! and the check for a second candidate with our id.
+//! and the warning for a second candidate with our id.
 
 use super::Report;
 use crate::lease::{self, Acquire, Holder, Renew};
 use crate::machine::Event;
-use crate::metrics::Metrics;
 use crate::status::{Observed, Snapshot};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -120,22 +119,18 @@ pub(super) fn absorb(
 /// Another candidate holds the lease under our id: two candidates share an
 /// id (the host name of two containers, say), and anything that compares the
 /// leader's name with its own (the leader-elector's `GET /`) is fooled.
-/// Warned once per change, shown in `/leader` and the metrics.
-pub(super) fn notice_duplicate_id(status: &watch::Sender<Snapshot>, metrics: &Metrics, id: &str) {
+/// Warned once per change (`/leader` and the metrics derive it from the
+/// observed holder).
+pub(super) fn notice_duplicate_id(status: &watch::Sender<Snapshot>, id: &str, warned: &mut bool) {
     let duplicate = status
         .borrow()
         .observed
         .as_ref()
         .is_some_and(|o| o.id.as_deref() == Some(id));
-    let changed = status.send_if_modified(|s| {
-        let changed = s.duplicate_id != duplicate;
-        s.duplicate_id = duplicate;
-        changed
-    });
-    if !changed {
+    if duplicate == *warned {
         return;
     }
-    metrics.set_duplicate_id(duplicate);
+    *warned = duplicate;
     if duplicate {
         tracing::warn!(
             id,
