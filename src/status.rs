@@ -279,7 +279,10 @@ mod tests {
         });
         let v = s.leader_view("me", "k", now + Duration::from_millis(500));
         assert!(!v.duplicate_id);
-        assert!(s.leader_view("other", "k", now).duplicate_id, "the holder has our id");
+        assert!(
+            s.leader_view("other", "k", now).duplicate_id,
+            "the holder has our id"
+        );
         assert_eq!(
             (v.leader.as_deref(), v.leader_observed_ms_ago),
             (Some("other"), Some(500))

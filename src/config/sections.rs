@@ -73,11 +73,7 @@ pub(super) fn child(
         ),
         &restart_limit.origin,
     );
-    // A bare 0 is unambiguous, and `--wait 0` reads as "try once".
-    let wait = r.scalar(&options::WAIT, |text| match text.trim() {
-        "0" => Ok(Duration::ZERO),
-        other => values::parse_duration(other),
-    })?;
+    let wait = r.scalar(&options::WAIT, values::parse_duration)?;
     if let Some(wait) = &wait {
         note(
             "child.wait",

@@ -166,6 +166,10 @@ fn bare_number_is_refused_everywhere() {
         err.starts_with("--ttl:") && err.contains("no unit"),
         "{err}"
     );
+    // Zero needs no unit; whether it is allowed is the option's business.
+    assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+    let err = Case::new().args(|a| a.set(&options::TTL, "0")).err();
+    assert!(err.contains("greater than zero"), "{err}");
 }
 
 #[test]

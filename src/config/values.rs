@@ -349,6 +349,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if trimmed.is_empty() {
         return Err("is empty; give a duration with a unit such as 10s or 500ms".into());
     }
+    // Zero is zero in every unit: `--wait 0` reads as "no wait". Whether
+    // zero is allowed is each option's own check (a TTL must be positive).
+    if trimmed.chars().all(|c| c == '0') {
+        return Ok(Duration::ZERO);
+    }
     if trimmed.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err(format!(
             "`{trimmed}` has no unit; write it with one, e.g. {trimmed}s or {trimmed}ms"
