@@ -126,19 +126,23 @@ async fn listen(
         .await
         .map_err(|_| "connect timed out".to_string())?
         .map_err(|e| e.to_string())?;
-    // A first BLPOP that hardly blocks proves the connection can wait
-    // (credentials, ACL) before the catch-up wake-up is sent: a node that
-    // refuses us must not wake its waiters at every retry.
-    let mut probe = redis::cmd("BLPOP");
-    probe.arg(&source.key).arg(0.01);
-    let first = probe.query_async::<Option<(String, String)>>(&mut conn);
-    let first = tokio::time::timeout(source.timeout + Duration::from_millis(10), first)
-        .await
-        .map_err(|_| "no answer to BLPOP".to_string())?
-        .map_err(|e| e.to_string())?;
-    let woken = first.is_some_and(|(_, releaser)| releaser != source.own_id);
-    if (reconnecting || woken) && notices.send(()).is_err() {
-        return Ok(());
+    // After a reconnection a catch-up wake-up is sent, but only once a
+    // BLPOP that hardly blocks has proved the connection can wait
+    // (credentials, ACL): a node that refuses us must not wake its waiters
+    // at every retry. The first connection has nothing to catch up on, and
+    // goes straight to its place in the queue of waiters.
+    if reconnecting {
+        let mut probe = redis::cmd("BLPOP");
+        probe.arg(&source.key).arg(0.01);
+        let first = probe.query_async::<Option<(String, String)>>(&mut conn);
+        tokio::time::timeout(source.timeout + Duration::from_millis(10), first)
+            .await
+            .map_err(|_| "no answer to BLPOP".to_string())?
+            .map_err(|e| e.to_string())?;
+        // Woken or not, the catch-up wake-up covers it.
+        if notices.send(()).is_err() {
+            return Ok(());
+        }
     }
     let mut blpop = redis::cmd("BLPOP");
     blpop.arg(&source.key).arg(BLOCK.as_secs());
