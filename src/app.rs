@@ -60,6 +60,7 @@ async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Fa
     backend
         .preflight()
         .map_err(|e| ConfigError(e.to_string()))?;
+    backend.vet().await.map_err(Failure::Backend)?;
     let listener = match config.http {
         Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
             ConfigError(format!(
@@ -243,6 +244,9 @@ struct StatusView<'a> {
     leader: Option<String>,
     fencing_token: Option<u64>,
     expires_in_ms: Option<u64>,
+    /// Redlock: no holder on a majority, and no majority free.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    contested: bool,
 }
 
 /// `leaderd status`: exit 0 when held, 3 when vacant, 1 when unreachable.
@@ -257,6 +261,7 @@ pub async fn status(config: Config, json: bool) -> Result<ExitCode, Failure> {
         leader: holder.as_ref().and_then(|h| h.id.clone()),
         fencing_token: holder.as_ref().and_then(|h| h.fencing_token),
         expires_in_ms: peek.expires_in.map(|d| d.as_millis() as u64),
+        contested: peek.contested,
     };
     if json {
         println!(
@@ -275,6 +280,14 @@ pub async fn status(config: Config, json: bool) -> Result<ExitCode, Failure> {
 
 fn describe_peek(key: &str, peek: &Peek) -> String {
     let Some(holder) = &peek.holder else {
+        if peek.contested {
+            let left = peek.expires_in.map_or(String::new(), |d| {
+                format!("; the first lapses in {}", crate::config::show_duration(d))
+            });
+            return format!(
+                "{key}: contested: no holder on a majority of the masters, and no majority free (an acquire in progress, or the leftovers of failed ones){left}"
+            );
+        }
         return format!("{key}: vacant");
     };
     let who = holder

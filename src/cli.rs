@@ -64,7 +64,7 @@ pub enum Command {
     /// Campaign for the lease, serve `/leader`, run the work while leader.
     Run(RunArgs),
     /// Print who holds the lease now, its fencing token and time left
-    /// (exit 0 held, 3 vacant, 1 backend unreachable).
+    /// (exit 0 held, 3 vacant or contested, 1 backend unreachable).
     Status(StatusArgs),
     /// Validate the configuration and timing, reach the backend, print the
     /// effective configuration with secrets redacted.

@@ -106,6 +106,7 @@ impl Snapshot {
                 .map(|t| humantime::format_rfc3339_millis(t).to_string()),
             // Another holder under our id: two candidates share an id.
             duplicate_id: held.is_none() && observed.is_some_and(|o| o.id.as_deref() == Some(id)),
+            backend_nodes: None,
         }
     }
 }
@@ -131,6 +132,9 @@ pub struct LeaderView {
     /// The start of the current term; `state_since` moves at every renewal.
     pub leading_since: Option<String>,
     pub duplicate_id: bool,
+    /// Redlock: how many masters answered the last lease operation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_nodes: Option<crate::lease::Nodes>,
 }
 
 /// One entry of the `/leader/events` stream: a transition (`from`, `reason`)

@@ -22,6 +22,16 @@ pub enum BackendConfig {
         /// Under Sentinel, the sentinels' own password, when they have one.
         sentinel_password: Option<Secret>,
     },
+    /// Redlock: three or more independent Redis masters, a lease held on a
+    /// majority of them.
+    Redlock {
+        urls: Vec<RedisUrl>,
+        /// Bounds connecting to a node (TLS handshake included).
+        timeout: Duration,
+        /// Bounds each node's answer to one lease operation.
+        node_timeout: Duration,
+        tls: RedisTls,
+    },
     /// `implicit` when no backend was configured and the embedded default is used.
     LockFile { path: PathBuf, implicit: bool },
 }
@@ -150,10 +160,40 @@ pub(super) fn backend(
                 },
                 origin: urls.origin,
             }),
-            n => Err(ConfigError(format!(
-                "{}: {n} Redis URLs given; Redlock over several servers is not supported yet, give exactly one",
+            2 => Err(ConfigError(format!(
+                "{}: two Redis URLs given; a majority of two servers is both, so Redlock over two survives no failure: give one URL (with replicas and Sentinel for failover) or three or more independent masters",
                 urls.origin
             ))),
+            n => {
+                if let Some(url) = urls
+                    .value
+                    .iter()
+                    .find(|u| u.sentinel().is_some() || u.cluster().is_some())
+                {
+                    return Err(ConfigError(format!(
+                        "{}: `{}` among {n} Redis URLs; Sentinel and Cluster URLs stand alone (one URL names the whole deployment), Redlock takes plain redis:// or rediss:// URLs of independent masters",
+                        urls.origin,
+                        url.redacted()
+                    )));
+                }
+                if n % 2 == 0 {
+                    warnings.push(format!(
+                        "{}: {n} Redis masters: Redlock needs {} of them, so this survives as many failures as {} masters would; an odd number is cheaper",
+                        urls.origin,
+                        n / 2 + 1,
+                        n - 1
+                    ));
+                }
+                Ok(Value {
+                    value: BackendConfig::Redlock {
+                        urls: urls.value,
+                        timeout: Duration::ZERO,
+                        node_timeout: Duration::ZERO,
+                        tls: RedisTls::default(),
+                    },
+                    origin: urls.origin,
+                })
+            }
         },
         (None, Some(file)) => Ok(Value {
             value: BackendConfig::LockFile {
@@ -190,7 +230,7 @@ pub(super) fn backend(
 pub(super) fn redis_tls(
     r: &Resolver<'_>,
     s: &Sources<'_>,
-    url: &RedisUrl,
+    urls: &[RedisUrl],
     warnings: &mut Vec<String>,
     note: &mut impl FnMut(&'static str, String, &Origin),
 ) -> Result<RedisTls, ConfigError> {
@@ -206,7 +246,7 @@ pub(super) fn redis_tls(
     let key = r.scalar(&options::REDIS_TLS_KEY, path)?;
     let given = [&ca, &cert, &key].into_iter().flatten().next();
     if let Some(first) = given
-        && !url.is_tls()
+        && let Some(url) = urls.iter().find(|u| !u.is_tls())
     {
         return Err(ConfigError(format!(
             "{}: TLS files apply to rediss:// URLs, but the Redis URL is `{}`; use rediss://",

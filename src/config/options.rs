@@ -125,7 +125,7 @@ pub const ID: Spec = spec("id", "--id", "LEADERD_ID", "id")
 pub const REDIS: Spec = spec("redis", "--redis", "LEADERD_REDIS_URL", "redis.urls")
     .value("URL")
     .under(BACKEND)
-    .help("Redis URL, redis://[user:pass@]host:port/db or rediss:// for TLS (or in a file: LEADERD_REDIS_URL_FILE, redis.url_file)")
+    .help("Redis URL, redis://[user:pass@]host:port/db or rediss:// for TLS; three or more independent masters for Redlock (or in a file: LEADERD_REDIS_URL_FILE, redis.url_file)")
     .list();
 pub const REDIS_URL_FILE: Spec = spec(
     "redis_url_file",
@@ -200,6 +200,16 @@ pub const REDIS_TIMEOUT: Spec = spec(
 .under(BACKEND)
 .help("Timeout of every Redis command, TLS handshake included")
 .default("500ms");
+pub const REDIS_NODE_TIMEOUT: Spec = spec(
+    "redis_node_timeout",
+    "--redis-node-timeout",
+    "LEADERD_REDIS_NODE_TIMEOUT",
+    "redis.node_timeout",
+)
+.value("DUR")
+.under(BACKEND)
+.help("Redlock (3+ URLs): how long each node has to answer one lease operation, small against the TTL (at most ttl/10); connecting is bounded by --redis-timeout")
+.default("ttl/100, at least 20ms");
 pub const REDIS_WAIT_REPLICAS: Spec = spec(
     "redis_wait_replicas",
     "--redis-wait-replicas",
@@ -369,7 +379,7 @@ pub const LOG_LEVEL: Spec = spec("log_level", "--log-level", "RUST_LOG", "log.le
     .default("info");
 
 /// Every option, in the order of `--help`, `check` and the docs.
-pub const ALL: [&Spec; 31] = [
+pub const ALL: [&Spec; 32] = [
     &CONFIG,
     &KEY,
     &ID,
@@ -382,6 +392,7 @@ pub const ALL: [&Spec; 31] = [
     &REDIS_TLS_CERT,
     &REDIS_TLS_KEY,
     &REDIS_TIMEOUT,
+    &REDIS_NODE_TIMEOUT,
     &REDIS_WAIT_REPLICAS,
     &TTL,
     &RENEW_INTERVAL,

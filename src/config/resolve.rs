@@ -242,10 +242,16 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
     let mut warnings = Vec::new();
     let backend = backend(&r, s, &key.value, &mut warnings)?;
     match &backend.value {
-        BackendConfig::Redis { url, .. } => {
+        BackendConfig::Redis { .. } | BackendConfig::Redlock { .. } => {
+            let urls = match &backend.value {
+                BackendConfig::Redis { url, .. } => std::slice::from_ref(url),
+                BackendConfig::Redlock { urls, .. } => urls.as_slice(),
+                BackendConfig::LockFile { .. } => unreachable!("matched above"),
+            };
+            let shown: Vec<String> = urls.iter().map(|u| format!("{:?}", u.redacted())).collect();
             note(
                 "redis.urls",
-                format!("[{:?}]", url.redacted()),
+                format!("[{}]", shown.join(", ")),
                 &backend.origin,
             );
             note(
@@ -262,10 +268,64 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
             );
         }
     }
-    let backend_is_redis = matches!(backend.value, BackendConfig::Redis { .. });
+    let backend_is_redis = matches!(
+        backend.value,
+        BackendConfig::Redis { .. } | BackendConfig::Redlock { .. }
+    );
+    let node_timeout = r.scalar(
+        &options::REDIS_NODE_TIMEOUT,
+        positive(values::parse_duration),
+    )?;
+    if let Some(given) = &node_timeout
+        && !matches!(backend.value, BackendConfig::Redlock { .. })
+    {
+        return Err(ConfigError(format!(
+            "{}: --redis-node-timeout applies to Redlock (three or more Redis URLs); for one server, --redis-timeout bounds every command",
+            given.origin
+        )));
+    }
     let backend = match backend.value {
+        BackendConfig::Redlock { urls, .. } => {
+            let tls = redis_tls(&r, s, &urls, &mut warnings, &mut note)?;
+            if let Some(wait) =
+                r.scalar(&options::REDIS_WAIT_REPLICAS, values::parse_wait_replicas)?
+                && wait.value != values::WaitReplicas::Count(0)
+            {
+                return Err(ConfigError(format!(
+                    "{}: --redis-wait-replicas does not apply to Redlock: its masters are independent and the lease is safe on a majority of them without replicas",
+                    wait.origin
+                )));
+            }
+            let default = (ttl.value / 100).max(Duration::from_millis(20));
+            let node_timeout = or_default(
+                node_timeout,
+                whole_millis(default),
+                "ttl/100, at least 20ms",
+            );
+            if node_timeout.value > ttl.value / 10 {
+                return Err(ConfigError(format!(
+                    "redis.node_timeout = {} ({}) is too long for lease.ttl = {} ({}): every node's answer must come well within the lease's validity; set it to at most ttl/10 ({}) or raise the ttl",
+                    show(node_timeout.value),
+                    node_timeout.origin,
+                    show(ttl.value),
+                    ttl.origin,
+                    show(ttl.value / 10)
+                )));
+            }
+            note(
+                "redis.node_timeout",
+                format!("{:?}", show(node_timeout.value)),
+                &node_timeout.origin,
+            );
+            BackendConfig::Redlock {
+                urls,
+                timeout: redis_timeout.value,
+                node_timeout: node_timeout.value,
+                tls,
+            }
+        }
         BackendConfig::Redis { url, .. } => {
-            let tls = redis_tls(&r, s, &url, &mut warnings, &mut note)?;
+            let tls = redis_tls(&r, s, std::slice::from_ref(&url), &mut warnings, &mut note)?;
             let wait = redis_wait(&r, &url, &mut note)?;
             let sentinel_password = sentinel_password(&r, s, &url, &mut warnings, &mut note)?;
             BackendConfig::Redis {

@@ -287,7 +287,8 @@ fn redis_urls_come_from_a_comma_separated_env_var() {
     let err = Case::new()
         .env("LEADERD_REDIS_URL", "redis://a:1,redis://b:2")
         .err();
-    assert!(err.contains("LEADERD_REDIS_URL: 2 Redis URLs"), "{err}");
+    assert!(err.contains("LEADERD_REDIS_URL: two Redis URLs"), "{err}");
+    assert!(err.contains("survives no failure"), "{err}");
     let c = Case::new()
         .env("LEADERD_REDIS_URL", "redis://a:pw@h:1")
         .build()
@@ -368,6 +369,8 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
             "sentinel_password_file = \"/run/secrets/leaderd-sentinel-password\"",
             "",
         )
+        // Redlock's (three URLs or more) is shown beside the one URL.
+        .replace("node_timeout = \"100ms\"", "")
         .replace("tls_ca_file = \"/etc/leaderd/redis-ca.pem\"", "")
         .replace("tls_cert_file = \"/etc/leaderd/client.pem\"", "")
         .replace("tls_key_file = \"/etc/leaderd/client.key\"", "")
@@ -581,4 +584,70 @@ fn sentinel_and_cluster_urls_name_their_nodes_with_the_credentials() {
     ] {
         assert!(parse_redis_url(bad).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn three_or_more_urls_are_redlock_with_a_node_timeout_checked_against_the_ttl() {
+    let c = Case::new()
+        .env("LEADERD_REDIS_URL", "redis://a:1,redis://b:2,redis://c:3")
+        .build()
+        .unwrap();
+    let BackendConfig::Redlock {
+        urls, node_timeout, ..
+    } = &c.backend
+    else {
+        panic!("expected Redlock, got {:?}", c.backend)
+    };
+    assert_eq!(urls.len(), 3);
+    // ttl 10s: ttl/100.
+    assert_eq!(*node_timeout, Duration::from_millis(100));
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    assert!(
+        c.describe().contains("node_timeout = \"100ms\""),
+        "{}",
+        c.describe()
+    );
+
+    let four = Case::new()
+        .env(
+            "LEADERD_REDIS_URL",
+            "redis://a:1,redis://b:2,redis://c:3,redis://d:4",
+        )
+        .build()
+        .unwrap();
+    assert!(
+        four.warnings.iter().any(|w| w.contains("4 Redis masters")),
+        "{:?}",
+        four.warnings
+    );
+
+    for (env, value, expected) in [
+        ("LEADERD_REDIS_NODE_TIMEOUT", "2s", "at most ttl/10"),
+        (
+            "LEADERD_REDIS_WAIT_REPLICAS",
+            "1",
+            "does not apply to Redlock",
+        ),
+    ] {
+        let err = Case::new()
+            .env("LEADERD_REDIS_URL", "redis://a:1,redis://b:2,redis://c:3")
+            .env(env, value)
+            .err();
+        assert!(err.contains(expected), "{env}: {err}");
+    }
+    let err = Case::new()
+        .env(
+            "LEADERD_REDIS_URL",
+            "redis://a:1,redis+cluster://h:7000,redis://c:3",
+        )
+        .err();
+    assert!(
+        err.contains("Sentinel and Cluster URLs stand alone"),
+        "{err}"
+    );
+    let err = Case::new()
+        .env("LEADERD_REDIS_URL", "redis://a:1")
+        .env("LEADERD_REDIS_NODE_TIMEOUT", "50ms")
+        .err();
+    assert!(err.contains("applies to Redlock"), "{err}");
 }

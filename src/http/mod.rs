@@ -101,7 +101,9 @@ fn is_loopback_host(host: &str) -> bool {
 type Ctx = State<Arc<HttpContext>>;
 
 pub(crate) fn view(s: &HttpContext) -> crate::status::LeaderView {
-    s.status.borrow().leader_view(&s.id, &s.key, Instant::now())
+    let mut view = s.status.borrow().leader_view(&s.id, &s.key, Instant::now());
+    view.backend_nodes = s.metrics.last_nodes();
+    view
 }
 
 async fn leader(State(s): Ctx) -> Response {

@@ -163,19 +163,13 @@ impl FileLease {
 
     pub fn peek_now(&mut self) -> Result<Peek, Error> {
         if !self.path.exists() {
-            return Ok(Peek {
-                holder: None,
-                expires_in: None,
-            });
+            return Ok(Peek::default());
         }
         let mut file = self.open_file()?;
         match file.try_lock() {
             Ok(()) => {
                 let _ = file.unlock();
-                Ok(Peek {
-                    holder: None,
-                    expires_in: None,
-                })
+                Ok(Peek::default())
             }
             Err(TryLockError::WouldBlock) => {
                 let holder = Self::read_content(&mut file).map_or(
@@ -190,7 +184,7 @@ impl FileLease {
                 );
                 Ok(Peek {
                     holder: Some(holder),
-                    expires_in: None,
+                    ..Peek::default()
                 })
             }
             Err(TryLockError::Error(e)) => Err(self.error(e)),

@@ -2,8 +2,9 @@
 //! ownership token, and peek at who holds it, behind one trait,
 //! [`LeaseBackend`], whose documentation is the contract.
 //!
-//! Each backend is one module: [`file`](mod@file) (the embedded lock file) and
-//! [`redis`] (one Redis server). A backend owns its connections, its
+//! Each backend is one module: [`file`](mod@file) (the embedded lock file),
+//! [`redis`] (one Redis server, or its Sentinel or Cluster deployment) and
+//! [`redis::redlock`] (a majority of several independent Redis masters). A backend owns its connections, its
 //! wake-ups, its errors and their hints, and its part of `leaderd check`.
 //! [`open`] is the one place that chooses a backend from the configuration;
 //! the runner, `app` and the HTTP layer only see the trait.
@@ -35,7 +36,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Every backend [`open`] can build, by the name the contract suite uses.
-pub const BACKENDS: [&str; 2] = ["lock-file", "redis"];
+pub const BACKENDS: [&str; 3] = ["lock-file", "redis", "redlock"];
 
 /// Who holds a lease, as far as the backend could tell. `id` is `None` when
 /// the backend holds something leaderd did not write.
@@ -71,10 +72,23 @@ pub enum Renew {
 }
 
 /// A look at the lease without touching it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Peek {
     pub holder: Option<Holder>,
     pub expires_in: Option<Duration>,
+    /// No holder, yet not free either (Redlock: no holder on a majority of
+    /// the masters and no majority vacant): an acquire in progress, or the
+    /// leftovers of failed ones. `expires_in`: when the first of them lapses.
+    pub contested: bool,
+}
+
+/// For a backend of several servers: how many answered the last
+/// operation, of how many, and how many it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Nodes {
+    pub answered: usize,
+    pub total: usize,
+    pub quorum: usize,
 }
 
 /// A backend failure. `is_misconfiguration` separates what retrying fixes
@@ -221,6 +235,19 @@ pub trait LeaseBackend: Send {
         Ok(())
     }
 
+    /// What `run` and `check` verify over the network before campaigning.
+    /// Refuses only on evidence of a configuration no retry can fix (Redlock:
+    /// two URLs that reach one server); a backend that is down passes.
+    fn vet(&mut self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// For a backend of several servers, how many answered the last
+    /// operation (`/leader`, metrics).
+    fn nodes(&self) -> Option<Nodes> {
+        None
+    }
+
     /// `leaderd check`, beyond `peek`: exercise what `run` will do (as the
     /// configured user, on a scratch lease) and return one line per thing
     /// checked.
@@ -231,6 +258,7 @@ pub trait LeaseBackend: Send {
 pub fn open(config: &Config) -> Result<Box<dyn LeaseBackend>, Error> {
     Ok(match &config.backend {
         BackendConfig::Redis { .. } => Box::new(redis::RedisLease::open(config)?),
+        BackendConfig::Redlock { .. } => Box::new(redis::redlock::Redlock::open(config)?),
         BackendConfig::LockFile { .. } => Box::new(file::FileLease::open(config)),
     })
 }

@@ -7,6 +7,7 @@
 //! from the live snapshot at scrape time, so `/metrics` agrees with `/leader`
 //! and never reports a lease whose validity has ended.
 
+use crate::lease::Nodes;
 use crate::machine::StateName;
 use crate::status::LeaderView;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -49,6 +50,11 @@ struct WebhookLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CountLabel {
+    count: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NameLabel {
     name: String,
 }
@@ -78,6 +84,9 @@ pub struct Metrics {
     log_lines_dropped: Counter,
     backend_up: Gauge,
     duplicate_id: Gauge,
+    /// Backends of several servers only: no series otherwise.
+    backend_nodes: Family<CountLabel, Gauge>,
+    last_nodes: std::sync::Mutex<Option<Nodes>>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -131,6 +140,8 @@ impl Metrics {
             log_lines_dropped: Counter::default(),
             backend_up: Gauge::default(),
             duplicate_id: Gauge::default(),
+            backend_nodes: Family::default(),
+            last_nodes: std::sync::Mutex::new(None),
             registry: Registry::default(),
         };
         let build_info = Family::<BuildLabels, Gauge>::default();
@@ -153,6 +164,11 @@ impl Metrics {
             "leaderd_duplicate_id",
             "1 while the lease holder carries this instance's id but not its ownership token: two candidates share an id",
             m.duplicate_id.clone(),
+        );
+        registry.register(
+            "leaderd_backend_nodes",
+            "Redlock: masters that answered the last lease operation (count=\"answered\"), configured (\"configured\") and needed (\"quorum\")",
+            m.backend_nodes.clone(),
         );
         registry.register_collector(Box::new(process::ProcessMetrics));
         // prometheus-client adds `_total` to counter names.
@@ -260,6 +276,27 @@ impl Metrics {
         self.lease_op_seconds
             .get_or_create(&OpLabel { op })
             .observe(took.as_secs_f64());
+    }
+
+    /// After each lease operation: how many of a multi-server backend's
+    /// servers answered it.
+    pub fn backend_nodes(&self, nodes: Option<Nodes>) {
+        let Some(n) = nodes else { return };
+        for (count, value) in [
+            ("answered", n.answered),
+            ("configured", n.total),
+            ("quorum", n.quorum),
+        ] {
+            self.backend_nodes
+                .get_or_create(&CountLabel { count })
+                .set(value as i64);
+        }
+        *self.last_nodes.lock().unwrap_or_else(|e| e.into_inner()) = Some(n);
+    }
+
+    /// What [`Metrics::backend_nodes`] was last told, for `/leader`.
+    pub fn last_nodes(&self) -> Option<Nodes> {
+        *self.last_nodes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn child_started(&self) {

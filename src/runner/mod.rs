@@ -269,6 +269,7 @@ async fn lease_worker(
         };
         let (name, result) = report.outcome();
         metrics.lease_op(name, result, started.elapsed());
+        metrics.backend_nodes(backend.nodes());
         if reports.send(report).is_err() {
             break;
         }

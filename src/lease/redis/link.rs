@@ -37,6 +37,10 @@ pub(super) struct Link {
     pub(super) preload: Vec<String>,
     pub(super) conn: Option<MultiplexedConnection>,
     pub(super) timeout: Duration,
+    /// Redlock: once connected, each request has only this long (a node
+    /// that is slow must not hold up the majority), while connecting, a TLS
+    /// handshake included, keeps `timeout`. `None`: `timeout` bounds both.
+    pub(super) request_timeout: Option<Duration>,
     /// The URL with its password redacted, for messages.
     pub(super) url: String,
     pub(super) timeouts_in_a_row: u32,
@@ -96,7 +100,13 @@ impl Link {
     /// timeout; classifies failures, and drops a connection that is broken
     /// or keeps timing out so the next call starts on a fresh one.
     async fn exchange(&mut self, call: &Cmd, write: bool) -> Result<(Value, Replication), Error> {
-        let deadline = Instant::now() + self.timeout;
+        let mut deadline = Instant::now() + self.timeout;
+        if let Some(budget) = self.request_timeout {
+            if self.conn.is_none() {
+                self.connect(deadline).await?;
+            }
+            deadline = Instant::now() + budget;
+        }
         let first = self.attempt(call, write, deadline).await;
         match first {
             // The slot moved (a Cluster failover or resharding): once more,
@@ -178,7 +188,8 @@ impl Link {
                         return Err(Attempt::Redirected);
                     }
                 }
-                (Err(classify(e, &self.url, self.timeout)), timed_out, broken)
+                let budget = self.request_timeout.unwrap_or(self.timeout);
+                (Err(classify(e, &self.url, budget)), timed_out, broken)
             }
         };
         self.timeouts_in_a_row = if timed_out_now {

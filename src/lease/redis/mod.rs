@@ -9,6 +9,7 @@
 mod check;
 mod cluster;
 mod link;
+pub mod redlock;
 mod route;
 mod script;
 mod sentinel;
@@ -119,6 +120,7 @@ impl RedisLease {
                 preload: scripts.sources.clone(),
                 conn: None,
                 timeout,
+                request_timeout: None,
                 url: url.redacted().to_string(),
                 timeouts_in_a_row: 0,
                 wait: WaitReplicas::Count(0),
@@ -268,7 +270,11 @@ impl RedisLease {
                     return Err(blocked);
                 }
                 self.observe(&holder);
-                Ok(Peek { holder, expires_in })
+                Ok(Peek {
+                    holder,
+                    expires_in,
+                    contested: false,
+                })
             }
             Reply::Ours(_) => Err(unexpected(&self.link.url, &reply)),
         }
@@ -278,34 +284,11 @@ impl RedisLease {
     /// without an expiry (leaderd always sets one; `PERSIST` removes it),
     /// which never lapses if its holder is gone.
     fn blocked(&self, holder: &Option<Holder>, expires_in: Option<Duration>) -> Option<Error> {
-        let holder = holder.as_ref()?;
-        let what = match (&holder.id, expires_in) {
-            (None, None) => {
-                "it holds a value leaderd did not write, with no expiry, so it never lapses"
-                    .to_string()
-            }
-            (None, Some(left)) => format!(
-                "it holds a value leaderd did not write (it expires in {})",
-                crate::config::show_duration(left)
-            ),
-            (Some(id), None) => format!(
-                "it has no expiry (made permanent, e.g. by PERSIST), so it never lapses if its holder {id:?} is gone"
-            ),
-            (Some(_), Some(_)) => return None,
-        };
-        Some(self.blocked_error(what))
+        blocked(&self.link.url, &self.lease_key, holder, expires_in)
     }
 
     fn blocked_error(&self, what: String) -> Error {
-        Error::Blocked {
-            backend: self.link.url.clone(),
-            key: self.lease_key.clone(),
-            what,
-            fix: format!(
-                "Remove it with `DEL {}` once you know what wrote it, or choose another --key",
-                self.lease_key
-            ),
-        }
+        blocked_error(&self.link.url, &self.lease_key, what)
     }
 
     /// `WRONGTYPE` from the script: the key is not a string at all.
@@ -322,6 +305,46 @@ impl RedisLease {
         if let Some(seen) = holder.as_ref().and_then(|h| h.fencing_token) {
             self.highest_fencing = self.highest_fencing.max(seen);
         }
+    }
+}
+
+/// A lease nobody can take over: a value leaderd did not write, or one
+/// without an expiry (leaderd always sets one; `PERSIST` removes it), which
+/// never lapses if its holder is gone.
+fn blocked(
+    url: &str,
+    key: &str,
+    holder: &Option<Holder>,
+    expires_in: Option<Duration>,
+) -> Option<Error> {
+    {
+        let holder = holder.as_ref()?;
+        let what = match (&holder.id, expires_in) {
+            (None, None) => {
+                "it holds a value leaderd did not write, with no expiry, so it never lapses"
+                    .to_string()
+            }
+            (None, Some(left)) => format!(
+                "it holds a value leaderd did not write (it expires in {})",
+                crate::config::show_duration(left)
+            ),
+            (Some(id), None) => format!(
+                "it has no expiry (made permanent, e.g. by PERSIST), so it never lapses if its holder {id:?} is gone"
+            ),
+            (Some(_), Some(_)) => return None,
+        };
+        Some(blocked_error(url, key, what))
+    }
+}
+
+fn blocked_error(url: &str, key: &str, what: String) -> Error {
+    Error::Blocked {
+        backend: url.to_string(),
+        key: key.to_string(),
+        what,
+        fix: format!(
+            "Remove it with `DEL {key}` once you know what wrote it, or choose another --key"
+        ),
     }
 }
 

@@ -13,6 +13,10 @@ pub(super) struct Scripts {
     pub(super) renew: Script,
     pub(super) release: Script,
     pub(super) peek: Script,
+    /// Redlock's: phase two of an acquire, and a renewal that re-creates
+    /// a lease a node lost.
+    pub(super) commit: Script,
+    pub(super) reclaim: Script,
     /// Every script's source, loaded on each new connection.
     pub(super) sources: Vec<String>,
 }
@@ -24,6 +28,8 @@ impl Scripts {
             include_str!("lua/renew.lua"),
             include_str!("lua/release.lua"),
             include_str!("lua/peek.lua"),
+            include_str!("lua/commit.lua"),
+            include_str!("lua/reclaim.lua"),
         ]
         .iter()
         .map(|body| format!("{HOLDER}\n{body}"))
@@ -33,6 +39,8 @@ impl Scripts {
             renew: Script::new(&sources[1]),
             release: Script::new(&sources[2]),
             peek: Script::new(&sources[3]),
+            commit: Script::new(&sources[4]),
+            reclaim: Script::new(&sources[5]),
             sources,
         }
     }

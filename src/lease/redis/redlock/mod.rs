@@ -1,0 +1,533 @@
+//! Redlock: the lease held on a majority (the quorum, ⌊N/2⌋ + 1) of N ≥ 3
+//! independent Redis masters, so that no single server is a point of
+//! failure and no replication lag can hand the lease to two holders. Every
+//! master has the single-server layout (`leaderd:{KEY}:lease`, `:fence`,
+//! `:wake`); every operation runs on all masters at once, each under
+//! `--redis-node-timeout`, and the answers are judged by [`tally`].
+//!
+//! Fencing is two-phase. Phase one, the acquire, makes each master propose
+//! `max(counter + 1, seen + 1, its clock in ms)`; the token T is the largest
+//! proposal and of every token seen in refusals; phase two commits T on
+//! every master that is ours (the lease carries T, the counter rises to at
+//! least T), and leadership counts only after a quorum committed. Any later
+//! quorum shares a master with this one, so it proposes more than T, unless
+//! a quorum of masters lost their data in between: then the tokens rest on
+//! the masters' clocks and the candidate's own highest-seen token.
+
+mod tally;
+mod vet;
+
+use super::link::{Link, classify};
+use super::script::{Reply, Scripts, eval, parse_reply};
+use super::{Keys, blocked, keys, route, tls, wake};
+use crate::config::{BackendConfig, Config, RedisTls, RedisUrl, WaitReplicas};
+use crate::lease::{Acquire, BoxFuture, Error, LeaseBackend, Nodes, Peek, Renew, new_token};
+use crate::timing::Timing;
+use futures_util::future::join_all;
+use redis::{Cmd, Value};
+use std::time::Duration;
+use tally::{Acquired, Answer, Renewed, Standing};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub struct Redlock {
+    /// One connection per master, in the order given.
+    nodes: Vec<Link>,
+    quorum: usize,
+    keys: Keys,
+    id_json: String,
+    timing: Timing,
+    /// The ownership token of the lease we hold or may hold on some master
+    /// (kept while a master may still hold it: a timeout, a failed release).
+    token: Option<String>,
+    /// The fencing token committed for the lease we hold (0: none).
+    fencing: u64,
+    /// Highest fencing token seen: a floor for the next proposals.
+    highest_fencing: u64,
+    /// Our lease's validity by our own clock, from the last quorum won or
+    /// renewed: a master that lost the key gets it back only before this.
+    valid_until: Option<Instant>,
+    /// How many masters answered the last operation.
+    answered: usize,
+    scripts: Scripts,
+    config: Config,
+}
+
+impl Redlock {
+    pub fn open(config: &Config) -> Result<Self, Error> {
+        let BackendConfig::Redlock {
+            urls,
+            timeout,
+            node_timeout,
+            tls,
+        } = &config.backend
+        else {
+            unreachable!("lease::open passes only a Redlock configuration")
+        };
+        let scripts = Scripts::new();
+        let nodes = urls
+            .iter()
+            .map(|url| link(url, tls, *timeout, *node_timeout, &scripts))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Redlock {
+            quorum: tally::quorum(nodes.len()),
+            nodes,
+            keys: keys(&config.key),
+            id_json: serde_json::to_string(&config.id).expect("a string always serialises"),
+            timing: config.timing,
+            token: None,
+            fencing: 0,
+            highest_fencing: 0,
+            valid_until: None,
+            answered: 0,
+            scripts,
+            config: config.clone(),
+        })
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.timing.ttl.as_millis() as u64
+    }
+
+    /// Sends `call` to every master at once and waits for all of them
+    /// (each bounded by its own timeout).
+    async fn on_all(&mut self, call: &Cmd) -> Vec<Result<Value, Error>> {
+        join_all(self.nodes.iter_mut().map(|node| node.invoke(call))).await
+    }
+
+    /// Reads the masters' replies; a lease nobody can take over on so many
+    /// masters that no quorum is possible is an error for a person.
+    fn answers(&mut self, replies: Vec<Result<Value, Error>>) -> Result<Judged, Error> {
+        let mut judged = Judged::default();
+        let mut blocked_on = Vec::new();
+        for (node, reply) in self.nodes.iter().zip(replies) {
+            let answer = match reply.and_then(|v| parse_reply(&v, &node.url)) {
+                Ok(Reply::Ours(token)) => Answer::Ours(token),
+                Ok(Reply::Held(holder, left)) => {
+                    if let Some(e) = blocked(&node.url, &self.keys.lease, &holder, left) {
+                        blocked_on.push(e);
+                    }
+                    Answer::Other(holder, left)
+                }
+                Err(e) => {
+                    judged.errors.push(e);
+                    Answer::Failed
+                }
+            };
+            judged.answers.push(answer);
+        }
+        self.answered = judged.answers.len() - judged.errors.len();
+        for seen in judged.answers.iter().filter_map(|a| match a {
+            Answer::Other(Some(h), _) => h.fencing_token,
+            _ => None,
+        }) {
+            self.highest_fencing = self.highest_fencing.max(seen);
+        }
+        if blocked_on.len() > self.nodes.len() - self.quorum {
+            return Err(blocked_on.remove(0));
+        }
+        Ok(judged)
+    }
+
+    /// Fewer than a quorum answered: a person's error if one of them needs
+    /// a person (credentials on every master, say), else a connection error
+    /// naming each master's failure.
+    fn unreachable(&self, mut errors: Vec<Error>) -> Error {
+        if let Some(i) = errors.iter().position(Error::needs_a_person) {
+            return errors.swap_remove(i);
+        }
+        let details: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        Error::Connection {
+            backend: self.describe_short(),
+            detail: format!(
+                "only {} of {} masters answered, {} needed ({})",
+                self.answered,
+                self.nodes.len(),
+                self.quorum,
+                details.join("; ")
+            ),
+        }
+    }
+
+    fn describe_short(&self) -> String {
+        format!("Redlock over {} Redis masters", self.nodes.len())
+    }
+
+    /// Time left to use a lease won by a request sent at `sent_at` is above
+    /// the kill margin; else an error saying so.
+    fn in_time(&self, sent_at: Instant, stage: &str) -> Result<(), Error> {
+        let stop_by = self.timing.kill_by(self.timing.validity_end(sent_at));
+        if Instant::now() < stop_by {
+            return Ok(());
+        }
+        Err(Error::Connection {
+            backend: self.describe_short(),
+            detail: format!(
+                "{stage} took {:?} of the {:?} lease, too little validity left to use it; given back (the masters answer slowly: check their load and --redis-node-timeout)",
+                sent_at.elapsed(),
+                self.timing.ttl
+            ),
+        })
+    }
+
+    async fn acquire_op(&mut self) -> Result<Acquire, Error> {
+        let token = self.token.get_or_insert_with(new_token).clone();
+        let sent_at = Instant::now();
+        let call = eval(
+            &self.scripts.acquire,
+            &[&self.keys.lease, &self.keys.fence],
+            &[&token, &self.id_json, &self.ttl_ms(), &self.highest_fencing],
+        );
+        let replies = self.on_all(&call).await;
+        let judged = match self.answers(replies) {
+            Ok(judged) => judged,
+            Err(e) => {
+                self.give_back().await;
+                return Err(e);
+            }
+        };
+        let fencing = match tally::acquire(&judged.answers, self.quorum) {
+            Acquired::Won { fencing, .. } => fencing,
+            Acquired::Refused(standing) => {
+                self.give_back().await;
+                return match standing {
+                    Standing::Unreachable { .. } => Err(self.unreachable(judged.errors)),
+                    Standing::Held { holder, expires_in }
+                    | Standing::Contested {
+                        largest: holder,
+                        expires_in,
+                    } => Ok(Acquire::Held { holder, expires_in }),
+                    // Ours on too few and no one else's: masters that did
+                    // not answer kept it from a quorum.
+                    Standing::Vacant => Err(self.unreachable(judged.errors)),
+                };
+            }
+        };
+        if let Err(e) = self.in_time(sent_at, "winning a quorum") {
+            self.give_back().await;
+            return Err(e);
+        }
+        // Phase two, on the masters that are ours.
+        let commit = eval(
+            &self.scripts.commit,
+            &[&self.keys.lease, &self.keys.fence],
+            &[&token, &self.id_json, &fencing],
+        );
+        let ours: Vec<bool> = judged
+            .answers
+            .iter()
+            .map(|a| matches!(a, Answer::Ours(_)))
+            .collect();
+        let commits = join_all(
+            self.nodes
+                .iter_mut()
+                .zip(&ours)
+                .filter(|(_, ours)| **ours)
+                .map(|(node, _)| node.invoke(&commit)),
+        )
+        .await;
+        let committed = commits
+            .iter()
+            .filter(|c| matches!(c, Ok(Value::Array(v)) if v.first() == Some(&Value::Int(1))))
+            .count();
+        self.highest_fencing = self.highest_fencing.max(fencing);
+        if committed < self.quorum {
+            self.give_back().await;
+            return Err(Error::Connection {
+                backend: self.describe_short(),
+                detail: format!(
+                    "won on a quorum but committed its fencing token on only {committed} master(s), {} needed; given back",
+                    self.quorum
+                ),
+            });
+        }
+        if let Err(e) = self.in_time(sent_at, "winning a quorum and committing its token") {
+            self.give_back().await;
+            return Err(e);
+        }
+        self.fencing = fencing;
+        self.valid_until = Some(self.timing.validity_end(sent_at));
+        Ok(Acquire::Won {
+            fencing_token: fencing,
+            sent_at,
+        })
+    }
+
+    async fn renew_op(&mut self) -> Result<Renew, Error> {
+        let Some(token) = self.token.clone() else {
+            return Ok(Renew::Lost { holder: None });
+        };
+        let sent_at = Instant::now();
+        // A master that lost the key gets it back only while our own
+        // clock says the lease is still ours.
+        let restore = match self.valid_until {
+            Some(valid) if sent_at < valid => self.fencing,
+            _ => 0,
+        };
+        let call = eval(
+            &self.scripts.reclaim,
+            &[&self.keys.lease, &self.keys.fence],
+            &[&token, &self.ttl_ms(), &self.id_json, &restore],
+        );
+        let replies = self.on_all(&call).await;
+        let judged = self.answers(replies)?;
+        match tally::renew(&judged.answers, self.quorum) {
+            Renewed::Yes { restored } => {
+                if restored > 0 {
+                    tracing::info!(
+                        restored,
+                        "the lease was gone from {restored} master(s) (restarted empty, or the key expired early); re-created it there"
+                    );
+                }
+                self.valid_until = Some(self.timing.validity_end(sent_at));
+                Ok(Renew::Renewed { sent_at })
+            }
+            Renewed::Lost(standing) => {
+                let holder = match standing {
+                    Standing::Held { holder, .. } => Some(holder),
+                    _ => None,
+                };
+                self.give_back().await;
+                Ok(Renew::Lost { holder })
+            }
+            Renewed::Failed { ours, failed } => Err(Error::Connection {
+                backend: self.describe_short(),
+                detail: format!(
+                    "renewed on {ours} master(s) and {failed} did not answer; {} needed",
+                    self.quorum
+                ),
+            }),
+        }
+    }
+
+    /// Releases on every master (each wakes its own waiters). The token is
+    /// forgotten only once every master answered, so the next acquire
+    /// recognises a key a silent master may still hold.
+    async fn release_op(&mut self) -> Result<bool, Error> {
+        let Some(token) = self.token.clone() else {
+            return Ok(false);
+        };
+        let call = eval(
+            &self.scripts.release,
+            &[&self.keys.lease, &self.keys.wake],
+            &[
+                &token,
+                &self.keys.channel,
+                &wake::WAKE_COPIES,
+                &(wake::WAKE_LINGER.as_millis() as u64),
+            ],
+        );
+        let replies = self.on_all(&call).await;
+        self.valid_until = None;
+        self.fencing = 0;
+        let mut errors = Vec::new();
+        let mut released = false;
+        for reply in replies {
+            match reply {
+                Ok(Value::Int(n)) => released |= n == 1,
+                Ok(other) => errors.push(super::script::unexpected(&self.describe_short(), &other)),
+                Err(e) => errors.push(e),
+            }
+        }
+        self.answered = self.nodes.len() - errors.len();
+        if errors.is_empty() {
+            self.token = None;
+        }
+        if self.answered == 0 {
+            return Err(self.unreachable(errors));
+        }
+        Ok(released)
+    }
+
+    /// Gives back whatever an attempt took: owner-checked, on every master,
+    /// those that did not answer included. Best effort: what stays expires.
+    async fn give_back(&mut self) {
+        let answered = self.answered;
+        if let Err(e) = self.release_op().await {
+            tracing::debug!(error = %e, "could not give back a partial lease");
+        }
+        self.answered = answered;
+    }
+
+    async fn peek_op(&mut self) -> Result<Peek, Error> {
+        let call = eval(&self.scripts.peek, &[&self.keys.lease], &[]);
+        let replies = self.on_all(&call).await;
+        let judged = self.answers(replies)?;
+        Ok(match tally::standing(&judged.answers, self.quorum) {
+            Standing::Unreachable { .. } => return Err(self.unreachable(judged.errors)),
+            Standing::Vacant => Peek::default(),
+            Standing::Held { holder, expires_in } => Peek {
+                holder: Some(holder),
+                expires_in,
+                contested: false,
+            },
+            Standing::Contested { expires_in, .. } => Peek {
+                holder: None,
+                expires_in,
+                contested: true,
+            },
+        })
+    }
+}
+
+/// Answers of every master to one operation, and the errors of those that
+/// failed.
+#[derive(Default)]
+struct Judged {
+    answers: Vec<Answer>,
+    errors: Vec<Error>,
+}
+
+/// The connection to one master: connecting bounded by `timeout` (TLS
+/// included), each request by `node_timeout`.
+fn link(
+    url: &RedisUrl,
+    tls: &RedisTls,
+    timeout: Duration,
+    node_timeout: Duration,
+    scripts: &Scripts,
+) -> Result<Link, Error> {
+    Ok(Link {
+        target: tokio::sync::watch::Sender::new(Some(tls::client(url, tls)?)),
+        route: route::Route::Direct,
+        master: None,
+        preload: scripts.sources.clone(),
+        conn: None,
+        timeout,
+        request_timeout: Some(node_timeout),
+        url: url.redacted().to_string(),
+        timeouts_in_a_row: 0,
+        wait: WaitReplicas::Count(0),
+        replicas: None,
+    })
+}
+
+impl LeaseBackend for Redlock {
+    fn describe(&self) -> String {
+        let urls: Vec<&str> = self.nodes.iter().map(|n| n.url.as_str()).collect();
+        format!(
+            "Redlock over {} Redis masters, quorum {} ({})",
+            self.nodes.len(),
+            self.quorum,
+            urls.join(", ")
+        )
+    }
+
+    fn acquire(&mut self) -> BoxFuture<'_, Result<Acquire, Error>> {
+        Box::pin(self.acquire_op())
+    }
+
+    fn renew(&mut self) -> BoxFuture<'_, Result<Renew, Error>> {
+        Box::pin(self.renew_op())
+    }
+
+    fn release(&mut self) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(self.release_op())
+    }
+
+    fn peek(&mut self) -> BoxFuture<'_, Result<Peek, Error>> {
+        Box::pin(self.peek_op())
+    }
+
+    fn nodes(&self) -> Option<Nodes> {
+        Some(Nodes {
+            answered: self.answered,
+            total: self.nodes.len(),
+            quorum: self.quorum,
+        })
+    }
+
+    /// One waiter per master: a release wakes waiters on every master, and
+    /// the first wake-up from any of them starts an attempt.
+    fn watch_releases(
+        &self,
+        retry: Duration,
+        notices: mpsc::UnboundedSender<()>,
+        stop: CancellationToken,
+    ) -> Option<JoinHandle<()>> {
+        let own_id: String = serde_json::from_str(&self.id_json).expect("id_json is a JSON string");
+        let watchers: Vec<JoinHandle<()>> = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let queue = wake::WakeQueue {
+                    target: node.target.subscribe(),
+                    key: self.keys.wake.clone(),
+                    timeout: node.timeout,
+                    own_id: own_id.clone(),
+                };
+                wake::watch(queue, retry, notices.clone(), stop.clone())
+            })
+            .collect();
+        Some(tokio::spawn(async move {
+            join_all(watchers).await;
+        }))
+    }
+
+    fn vet(&mut self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let prefix = format!("leaderd:{{{}}}", self.config.key);
+            vet::probe(&mut self.nodes, &prefix).await.map(drop)
+        })
+    }
+
+    /// The independence probe, then acquire, renew and release on a
+    /// scratch election (`KEY.check`) and a short `BLPOP` on every master.
+    fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>> {
+        Box::pin(async move {
+            let mut lines = Vec::new();
+            let prefix = format!("leaderd:{{{}}}", self.config.key);
+            let independent = vet::probe(&mut self.nodes, &prefix).await?;
+            lines.push(format!(
+                "{} of {} masters answered the independence probe and share no data (quorum {})",
+                independent.answered,
+                self.nodes.len(),
+                self.quorum
+            ));
+            let mut scratch_config = self.config.clone();
+            scratch_config.key = format!("{}.check", scratch_config.key);
+            let mut scratch = Redlock::open(&scratch_config)?;
+            if let Acquire::Won { .. } = scratch.acquire_op().await? {
+                scratch.renew_op().await?;
+                scratch.release_op().await?;
+            }
+            let mut blocking = 0;
+            for node in &scratch.nodes {
+                let queue = wake::WakeQueue {
+                    target: node.target.subscribe(),
+                    key: scratch.keys.wake.clone(),
+                    timeout: node.timeout,
+                    own_id: String::new(),
+                };
+                match wake::probe(&queue)
+                    .await
+                    .map_err(|e| classify(e, &node.url, node.timeout))
+                {
+                    Ok(()) => blocking += 1,
+                    // A refused BLPOP is a missing permission: say so now.
+                    Err(e) if e.needs_a_person() => return Err(e),
+                    Err(_) => {}
+                }
+            }
+            lines.push(format!(
+                "{blocking} of {} masters let waiters block on the wake list",
+                scratch.nodes.len()
+            ));
+            if let BackendConfig::Redlock {
+                urls, tls, timeout, ..
+            } = &self.config.backend
+            {
+                for url in urls.iter().filter(|u| u.is_tls()) {
+                    lines.extend(tls::report(url, tls, *timeout).await?);
+                }
+            }
+            lines.push(format!(
+                "acquire (both phases), renew and release ran on a quorum as the configured user (scratch key {})",
+                scratch.keys.lease
+            ));
+            Ok(lines)
+        })
+    }
+}
