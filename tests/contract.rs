@@ -13,18 +13,22 @@ mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
-use support::backends::{ClusterScene, LockFileScene, RedisScene, Scene, SentinelScene};
+use support::backends::{
+    ClusterScene, LockFileScene, RedisScene, RedlockScene, Scene, SentinelScene,
+};
 use support::{Leaderd, eventually, probe_child, probe_events, run_to_end};
 
 type StartScene = fn() -> Box<dyn Scene>;
 
 /// Every backend's scene, by the name `lease::BACKENDS` registers.
-const SCENES: [(&str, StartScene); 5] = [
+const SCENES: [(&str, StartScene); 7] = [
     ("lock-file", LockFileScene::start),
     ("redis", RedisScene::start),
     ("redis", RedisScene::start_tls),
     ("redis", SentinelScene::start),
     ("redis", ClusterScene::start),
+    ("redlock", RedlockScene::start3),
+    ("redlock", RedlockScene::start5),
 ];
 
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -53,8 +57,14 @@ fn the_leader(nodes: &[Leaderd]) -> (usize, u64) {
     })
 }
 
+/// `CONTRACT_ONLY=redlock cargo test --test contract` runs one backend's
+/// scenes, while working on it.
 fn for_each_backend(test: fn(&mut dyn Scene)) {
+    let only = std::env::var("CONTRACT_ONLY").ok();
     for (name, start) in SCENES {
+        if only.as_deref().is_some_and(|only| only != name) {
+            continue;
+        }
         let mut scene = start();
         assert_eq!(scene.name(), name);
         eprintln!("--- {name} ({})", scene.args("k").join(" "));
@@ -68,7 +78,7 @@ fn every_registered_backend_runs_the_suite() {
     let mut covered: Vec<&str> = SCENES.iter().map(|(name, _)| *name).collect();
     registered.sort();
     covered.sort();
-    covered.dedup(); // Redis runs twice: plain and over TLS
+    covered.dedup(); // Redis runs in several deployments, Redlock with N = 3 and 5
     assert_eq!(
         registered, covered,
         "a backend without a scene in the contract suite"

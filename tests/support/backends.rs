@@ -257,3 +257,65 @@ impl Scene for ClusterScene {
         }
     }
 }
+
+/// Redlock over independent masters: the lease on a majority of them.
+pub struct RedlockScene {
+    masters: super::redlock::Masters,
+}
+
+impl RedlockScene {
+    pub fn start3() -> Box<dyn Scene> {
+        Box::new(RedlockScene {
+            masters: super::redlock::Masters::start(3),
+        })
+    }
+
+    pub fn start5() -> Box<dyn Scene> {
+        Box::new(RedlockScene {
+            masters: super::redlock::Masters::start(5),
+        })
+    }
+}
+
+impl Scene for RedlockScene {
+    fn name(&self) -> &'static str {
+        "redlock"
+    }
+    fn args(&self, key: &str) -> Vec<String> {
+        self.masters.args(key)
+    }
+    /// Held while a majority holds it: the quorum-th longest remaining time.
+    fn remaining(&self, key: &str) -> Option<Duration> {
+        let mut left: Vec<Duration> = self
+            .masters
+            .nodes
+            .iter()
+            .filter_map(|node| remaining_on(node, key))
+            .collect();
+        left.sort_by(|a, b| b.cmp(a));
+        left.get(self.masters.quorum() - 1).copied()
+    }
+    /// Every master restarts empty: the tokens rest on the masters' clocks.
+    fn lose_data(&mut self, _key: &str) {
+        for node in &mut self.masters.nodes {
+            node.restart();
+        }
+    }
+    fn steal(&self, key: &str) {
+        for node in &self.masters.nodes {
+            steal_on(node, key);
+        }
+    }
+    /// A majority frozen: the minority still answers, which is not enough.
+    fn cut(&mut self) -> bool {
+        for node in &self.masters.nodes[..self.masters.quorum()] {
+            node.pause();
+        }
+        true
+    }
+    fn heal(&mut self) {
+        for node in &self.masters.nodes[..self.masters.quorum()] {
+            node.resume();
+        }
+    }
+}

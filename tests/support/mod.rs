@@ -9,6 +9,7 @@ pub mod backends;
 pub mod cluster;
 pub mod os;
 pub mod proxy;
+pub mod redlock;
 pub mod sentinel;
 pub mod tls;
 

@@ -1,0 +1,70 @@
+//! Several independent `redis-server`s for Redlock: each on its own free
+//! loopback port, with no persistence (a restart forgets everything).
+
+use super::Redis;
+
+pub struct Masters {
+    pub nodes: Vec<Redis>,
+}
+
+impl Masters {
+    pub fn start(n: usize) -> Masters {
+        Masters {
+            nodes: (0..n).map(|_| Redis::start()).collect(),
+        }
+    }
+
+    /// ⌊N/2⌋ + 1.
+    pub fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// `--redis URL` for every master, and timeouts for a 2 s TTL on a
+    /// loaded machine: each master has 100 ms to answer (ttl/20), 200 ms
+    /// to connect.
+    pub fn args(&self, key: &str) -> Vec<String> {
+        let mut args = Vec::new();
+        for node in &self.nodes {
+            args.push("--redis".to_string());
+            args.push(node.url());
+        }
+        args.extend(
+            [
+                "--key",
+                key,
+                "--redis-timeout",
+                "200ms",
+                "--redis-node-timeout",
+                "100ms",
+            ]
+            .map(String::from),
+        );
+        args
+    }
+
+    pub fn lease_key(key: &str) -> String {
+        format!("leaderd:{{{key}}}:lease")
+    }
+
+    /// The lease's value on master `i`, if any.
+    pub fn lease_on(&self, i: usize, key: &str) -> Option<serde_json::Value> {
+        let raw = self.nodes[i].get(&Self::lease_key(key))?;
+        serde_json::from_str(&raw).ok()
+    }
+
+    /// `(id, fencing_token)` of the lease on each running master.
+    pub fn holders(&self, key: &str) -> Vec<Option<(String, u64)>> {
+        (0..self.nodes.len())
+            .map(|i| {
+                if !self.nodes[i].is_running() {
+                    return None;
+                }
+                let lease = self.lease_on(i, key)?;
+                Some((
+                    lease["id"].as_str()?.to_string(),
+                    lease["fencing_token"].as_u64()?,
+                ))
+            })
+            .collect()
+    }
+}
