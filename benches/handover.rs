@@ -110,6 +110,8 @@ fn ms(ns: u64) -> f64 {
 
 struct Bench {
     redis: Redis,
+    /// Redlock: the other masters (the lease is read on `redis`, the first).
+    more: Vec<Redis>,
     exe: String,
     dir: PathBuf,
     next_id: usize,
@@ -121,17 +123,12 @@ impl Bench {
     fn candidate(&mut self, key: &str, ttl: &str, probe_file: Option<&Path>) -> Leaderd {
         self.next_id += 1;
         let id = format!("c{}", self.next_id);
-        let url = self.redis.url();
-        let mut args = vec![
-            "--redis",
-            url.as_str(),
-            "--key",
-            key,
-            "--ttl",
-            ttl,
-            "--log-level",
-            "warn",
-        ];
+        let urls: Vec<String> = std::iter::once(&self.redis)
+            .chain(&self.more)
+            .map(Redis::url)
+            .collect();
+        let mut args: Vec<&str> = urls.iter().flat_map(|u| ["--redis", u.as_str()]).collect();
+        args.extend(["--key", key, "--ttl", ttl, "--log-level", "warn"]);
         args.extend(self.extra.iter().map(String::as_str));
         let file;
         if let Some(f) = probe_file {
@@ -221,9 +218,18 @@ impl Bench {
         eventually(Duration::from_secs(60), "a leader", || self.holder(&key));
         std::thread::sleep(Duration::from_secs(2)); // past start-up
         let cpu_before: Vec<u64> = nodes.iter().map(|n| cpu_ticks(n.pid())).collect();
-        self.redis.cmd(&["CONFIG", "RESETSTAT"]);
+        let servers: Vec<&Redis> = std::iter::once(&self.redis).chain(&self.more).collect();
+        for server in &servers {
+            server.cmd(&["CONFIG", "RESETSTAT"]);
+        }
         std::thread::sleep(window); // the measurement window itself
-        let calls = command_calls(&self.redis);
+        // Per server: every Redlock master gets the same traffic.
+        let per_server: Vec<(f64, f64)> = servers.iter().map(|r| command_calls(r)).collect();
+        let n = per_server.len() as f64;
+        let calls = (
+            per_server.iter().map(|c| c.0).sum::<f64>() / n,
+            per_server.iter().map(|c| c.1).sum::<f64>() / n,
+        );
         // SAFETY: plain libc call without pointers.
         let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
         let cpu: Vec<f64> = nodes
@@ -420,6 +426,7 @@ fn main() {
     let dir = support::temp_dir("bench");
     let mut bench = Bench {
         redis: Redis::start(),
+        more: Vec::new(),
         exe: exe.clone(),
         dir: dir.clone(),
         next_id: 0,
@@ -460,6 +467,7 @@ fn main() {
         std::fs::create_dir_all(&tls_dir).expect("bench dir");
         let mut tls = Bench {
             redis: support::tls::redis(&pki, &server, false),
+            more: Vec::new(),
             exe: exe.clone(),
             dir: tls_dir,
             next_id: 1000,
@@ -477,6 +485,32 @@ fn main() {
         "crash takeover after lease expiry, K = 3, ttl 3s (SIGKILL; → next child running)",
         &crash,
     );
+    // Redlock: the same over N independent masters.
+    let mut redlocks = Vec::new();
+    for n in [3, 5] {
+        let redlock_dir = dir.join(format!("redlock-{n}"));
+        std::fs::create_dir_all(&redlock_dir).expect("bench dir");
+        let mut redlock = Bench {
+            redis: Redis::start(),
+            more: (1..n).map(|_| Redis::start()).collect(),
+            exe: exe.clone(),
+            dir: redlock_dir,
+            next_id: 2000 + n * 100,
+            extra: Vec::new(),
+        };
+        let (s, overlap) = redlock.handovers(3, 15);
+        overlaps = overlaps.max(overlap);
+        row(
+            &format!("Redlock, N = {n}: graceful handover, K = 3 (SIGTERM → next child running)"),
+            &s,
+        );
+        let crash = redlock.crash_takeovers(5);
+        row(
+            &format!("Redlock, N = {n}: crash takeover after lease expiry, K = 3, ttl 3s"),
+            &crash,
+        );
+        redlocks.push((n, redlock));
+    }
     let first = startup_to_first_acquire(&mut bench, 10);
     row("start-up to first acquire (spawn → child running)", &first);
     println!();
@@ -488,13 +522,21 @@ fn main() {
     }
     println!();
     println!(
-        "| idle, 20 s window | Redis commands/s sent (all candidates) | incl. commands inside scripts | max RSS per instance | avg CPU per instance | max CPU per instance |"
+        "| idle, 20 s window | Redis commands/s sent (all candidates, per server) | incl. commands inside scripts | max RSS per instance | avg CPU per instance | max CPU per instance |"
     );
     println!("|---|---|---|---|---|---|");
-    for k in [3, 100] {
-        let (sent, all, rss, cpu_avg, cpu_max) = bench.idle(k, Duration::from_secs(20));
+    let idle_row = |name: &str, (sent, all, rss, cpu_avg, cpu_max): (f64, f64, f64, f64, f64)| {
         println!(
-            "| K = {k} | {sent:.2} | {all:.2} | {rss:.1} MiB | {cpu_avg:.3} % | {cpu_max:.3} % |"
+            "| {name} | {sent:.2} | {all:.2} | {rss:.1} MiB | {cpu_avg:.3} % | {cpu_max:.3} % |"
+        );
+    };
+    for k in [3, 100] {
+        idle_row(&format!("K = {k}"), bench.idle(k, Duration::from_secs(20)));
+    }
+    for (n, mut redlock) in redlocks {
+        idle_row(
+            &format!("Redlock, N = {n}, K = 3 (per master)"),
+            redlock.idle(3, Duration::from_secs(20)),
         );
     }
     println!("(CPU is read from /proc in clock ticks of 10 ms: over 20 s, one tick is 0.05 %.)");

@@ -145,6 +145,7 @@ impl RedisLease {
             key: self.wake_key.clone(),
             timeout: self.link.timeout,
             own_id: serde_json::from_str(&self.id_json).expect("id_json is a JSON string"),
+            shown: self.link.url.clone(),
         }
     }
 

@@ -43,6 +43,8 @@ pub struct WakeQueue {
     /// Entries pushed by our own release: a candidate that just stepped down
     /// must not race to take the lease straight back.
     pub own_id: String,
+    /// The server, as logs show it.
+    pub shown: String,
 }
 
 /// Waits on the wake list until `stop`, sending `()` for every wake-up.
@@ -67,7 +69,7 @@ pub fn watch(
                 // unnoticed: waiters still work, only slower), then quietly.
                 Err(e) if !warned => {
                     warned = true;
-                    tracing::warn!(error = %e, "cannot wait for release wake-ups; waiters fall back to their timers until this works");
+                    tracing::warn!(error = %e, server = %source.shown, "cannot wait for release wake-ups; waiters fall back to their timers until this works");
                 }
                 Err(e) => tracing::debug!(error = %e, "release wake-ups lost; reconnecting"),
             }

@@ -14,19 +14,20 @@
 //! a quorum of masters lost their data in between: then the tokens rest on
 //! the masters' clocks and the candidate's own highest-seen token.
 
+mod acquire;
+mod check;
 mod tally;
-mod vet;
 
-use super::link::{Link, classify};
+use super::link::Link;
 use super::script::{Reply, Scripts, eval, parse_reply};
 use super::{Keys, blocked, keys, route, tls, wake};
 use crate::config::{BackendConfig, Config, RedisTls, RedisUrl, WaitReplicas};
-use crate::lease::{Acquire, BoxFuture, Error, LeaseBackend, Nodes, Peek, Renew, new_token};
+use crate::lease::{Acquire, BoxFuture, Error, LeaseBackend, Nodes, Peek, Renew};
 use crate::timing::Timing;
 use futures_util::future::join_all;
 use redis::{Cmd, Value};
 use std::time::Duration;
-use tally::{Acquired, Answer, Renewed, Standing};
+use tally::{Answer, Renewed, Standing};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -153,106 +154,6 @@ impl Redlock {
 
     fn describe_short(&self) -> String {
         format!("Redlock over {} Redis masters", self.nodes.len())
-    }
-
-    /// Time left to use a lease won by a request sent at `sent_at` is above
-    /// the kill margin; else an error saying so.
-    fn in_time(&self, sent_at: Instant, stage: &str) -> Result<(), Error> {
-        let stop_by = self.timing.kill_by(self.timing.validity_end(sent_at));
-        if Instant::now() < stop_by {
-            return Ok(());
-        }
-        Err(Error::Connection {
-            backend: self.describe_short(),
-            detail: format!(
-                "{stage} took {:?} of the {:?} lease, too little validity left to use it; given back (the masters answer slowly: check their load and --redis-node-timeout)",
-                sent_at.elapsed(),
-                self.timing.ttl
-            ),
-        })
-    }
-
-    async fn acquire_op(&mut self) -> Result<Acquire, Error> {
-        let token = self.token.get_or_insert_with(new_token).clone();
-        let sent_at = Instant::now();
-        let call = eval(
-            &self.scripts.acquire,
-            &[&self.keys.lease, &self.keys.fence],
-            &[&token, &self.id_json, &self.ttl_ms(), &self.highest_fencing],
-        );
-        let replies = self.on_all(&call).await;
-        let judged = match self.answers(replies) {
-            Ok(judged) => judged,
-            Err(e) => {
-                self.give_back().await;
-                return Err(e);
-            }
-        };
-        let fencing = match tally::acquire(&judged.answers, self.quorum) {
-            Acquired::Won { fencing, .. } => fencing,
-            Acquired::Refused(standing) => {
-                self.give_back().await;
-                return match standing {
-                    Standing::Unreachable { .. } => Err(self.unreachable(judged.errors)),
-                    Standing::Held { holder, expires_in }
-                    | Standing::Contested {
-                        largest: holder,
-                        expires_in,
-                    } => Ok(Acquire::Held { holder, expires_in }),
-                    // Ours on too few and no one else's: masters that did
-                    // not answer kept it from a quorum.
-                    Standing::Vacant => Err(self.unreachable(judged.errors)),
-                };
-            }
-        };
-        if let Err(e) = self.in_time(sent_at, "winning a quorum") {
-            self.give_back().await;
-            return Err(e);
-        }
-        // Phase two, on the masters that are ours.
-        let commit = eval(
-            &self.scripts.commit,
-            &[&self.keys.lease, &self.keys.fence],
-            &[&token, &self.id_json, &fencing],
-        );
-        let ours: Vec<bool> = judged
-            .answers
-            .iter()
-            .map(|a| matches!(a, Answer::Ours(_)))
-            .collect();
-        let commits = join_all(
-            self.nodes
-                .iter_mut()
-                .zip(&ours)
-                .filter(|(_, ours)| **ours)
-                .map(|(node, _)| node.invoke(&commit)),
-        )
-        .await;
-        let committed = commits
-            .iter()
-            .filter(|c| matches!(c, Ok(Value::Array(v)) if v.first() == Some(&Value::Int(1))))
-            .count();
-        self.highest_fencing = self.highest_fencing.max(fencing);
-        if committed < self.quorum {
-            self.give_back().await;
-            return Err(Error::Connection {
-                backend: self.describe_short(),
-                detail: format!(
-                    "won on a quorum but committed its fencing token on only {committed} master(s), {} needed; given back",
-                    self.quorum
-                ),
-            });
-        }
-        if let Err(e) = self.in_time(sent_at, "winning a quorum and committing its token") {
-            self.give_back().await;
-            return Err(e);
-        }
-        self.fencing = fencing;
-        self.valid_until = Some(self.timing.validity_end(sent_at));
-        Ok(Acquire::Won {
-            fencing_token: fencing,
-            sent_at,
-        })
     }
 
     async fn renew_op(&mut self) -> Result<Renew, Error> {
@@ -457,6 +358,7 @@ impl LeaseBackend for Redlock {
                     key: self.keys.wake.clone(),
                     timeout: node.timeout,
                     own_id: own_id.clone(),
+                    shown: node.url.clone(),
                 };
                 wake::watch(queue, retry, notices.clone(), stop.clone())
             })
@@ -469,65 +371,13 @@ impl LeaseBackend for Redlock {
     fn vet(&mut self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
             let prefix = format!("leaderd:{{{}}}", self.config.key);
-            vet::probe(&mut self.nodes, &prefix).await.map(drop)
+            check::probe(&mut self.nodes, &prefix).await.map(drop)
         })
     }
 
     /// The independence probe, then acquire, renew and release on a
     /// scratch election (`KEY.check`) and a short `BLPOP` on every master.
     fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>> {
-        Box::pin(async move {
-            let mut lines = Vec::new();
-            let prefix = format!("leaderd:{{{}}}", self.config.key);
-            let independent = vet::probe(&mut self.nodes, &prefix).await?;
-            lines.push(format!(
-                "{} of {} masters answered the independence probe and share no data (quorum {})",
-                independent.answered,
-                self.nodes.len(),
-                self.quorum
-            ));
-            let mut scratch_config = self.config.clone();
-            scratch_config.key = format!("{}.check", scratch_config.key);
-            let mut scratch = Redlock::open(&scratch_config)?;
-            if let Acquire::Won { .. } = scratch.acquire_op().await? {
-                scratch.renew_op().await?;
-                scratch.release_op().await?;
-            }
-            let mut blocking = 0;
-            for node in &scratch.nodes {
-                let queue = wake::WakeQueue {
-                    target: node.target.subscribe(),
-                    key: scratch.keys.wake.clone(),
-                    timeout: node.timeout,
-                    own_id: String::new(),
-                };
-                match wake::probe(&queue)
-                    .await
-                    .map_err(|e| classify(e, &node.url, node.timeout))
-                {
-                    Ok(()) => blocking += 1,
-                    // A refused BLPOP is a missing permission: say so now.
-                    Err(e) if e.needs_a_person() => return Err(e),
-                    Err(_) => {}
-                }
-            }
-            lines.push(format!(
-                "{blocking} of {} masters let waiters block on the wake list",
-                scratch.nodes.len()
-            ));
-            if let BackendConfig::Redlock {
-                urls, tls, timeout, ..
-            } = &self.config.backend
-            {
-                for url in urls.iter().filter(|u| u.is_tls()) {
-                    lines.extend(tls::report(url, tls, *timeout).await?);
-                }
-            }
-            lines.push(format!(
-                "acquire (both phases), renew and release ran on a quorum as the configured user (scratch key {})",
-                scratch.keys.lease
-            ));
-            Ok(lines)
-        })
+        Box::pin(check::report(self))
     }
 }

@@ -1,12 +1,16 @@
-//! Are the masters independent? Each master gets a probe key of its own
+//! `leaderd check` for Redlock, and the independence probe `run` makes
+//! too. Are the masters independent? Each master gets a probe key of its own
 //! (`leaderd:{KEY}:probe:NONCE`, a random nonce per master and per look),
 //! then every master is asked for every probe key: a master that holds
 //! another's is the same server (listed twice, as `127.0.0.1` and
 //! `localhost`), a replica of it, or a proxy to it, and would count two
 //! votes for one failure domain.
 
-use super::super::link::Link;
-use crate::lease::{Error, new_token};
+use super::super::link::{Link, classify};
+use super::super::{tls, wake};
+use super::Redlock;
+use crate::config::BackendConfig;
+use crate::lease::{Acquire, Error, new_token};
 use futures_util::future::join_all;
 
 /// How long a probe key lives if leaderd dies before deleting it.
@@ -73,4 +77,62 @@ pub(super) async fn probe(nodes: &mut [Link], prefix: &str) -> Result<Independen
         }
     }
     Ok(Independence { answered })
+}
+
+/// The independence probe, then acquire (both phases), renew and release on
+/// a scratch election (`KEY.check`) and a short `BLPOP` on every master:
+/// one line per thing checked.
+pub(super) async fn report(lease: &mut Redlock) -> Result<Vec<String>, Error> {
+    let mut lines = Vec::new();
+    let prefix = format!("leaderd:{{{}}}", lease.config.key);
+    let independent = probe(&mut lease.nodes, &prefix).await?;
+    lines.push(format!(
+        "{} of {} masters answered the independence probe and share no data (quorum {})",
+        independent.answered,
+        lease.nodes.len(),
+        lease.quorum
+    ));
+    let mut scratch_config = lease.config.clone();
+    scratch_config.key = format!("{}.check", scratch_config.key);
+    let mut scratch = Redlock::open(&scratch_config)?;
+    if let Acquire::Won { .. } = scratch.acquire_op().await? {
+        scratch.renew_op().await?;
+        scratch.release_op().await?;
+    }
+    let mut blocking = 0;
+    for node in &scratch.nodes {
+        let queue = wake::WakeQueue {
+            target: node.target.subscribe(),
+            key: scratch.keys.wake.clone(),
+            timeout: node.timeout,
+            own_id: String::new(),
+            shown: node.url.clone(),
+        };
+        match wake::probe(&queue)
+            .await
+            .map_err(|e| classify(e, &node.url, node.timeout))
+        {
+            Ok(()) => blocking += 1,
+            // A refused BLPOP is a missing permission: say so now.
+            Err(e) if e.needs_a_person() => return Err(e),
+            Err(_) => {}
+        }
+    }
+    lines.push(format!(
+        "{blocking} of {} masters let waiters block on the wake list",
+        scratch.nodes.len()
+    ));
+    if let BackendConfig::Redlock {
+        urls, tls, timeout, ..
+    } = &lease.config.backend
+    {
+        for url in urls.iter().filter(|u| u.is_tls()) {
+            lines.extend(tls::report(url, tls, *timeout).await?);
+        }
+    }
+    lines.push(format!(
+        "acquire (both phases), renew and release ran on a quorum as the configured user (scratch key {})",
+        scratch.keys.lease
+    ));
+    Ok(lines)
 }

@@ -1,0 +1,115 @@
+//! Acquiring on a quorum, in two phases: each master proposes a fencing
+//! token with the acquire; the largest proposal (and of every token seen in
+//! refusals) is committed on every master that is ours; leadership counts
+//! only once a quorum committed, with enough of the lease's validity left
+//! after each phase. Anything short is given back on every master.
+
+use super::super::script::eval;
+use super::Redlock;
+use super::tally::{self, Acquired, Answer, Standing};
+use crate::lease::{Acquire, Error, new_token};
+use futures_util::future::join_all;
+use redis::Value;
+use tokio::time::Instant;
+
+impl Redlock {
+    /// Time left to use a lease won by a request sent at `sent_at` is above
+    /// the kill margin; else an error saying so.
+    fn in_time(&self, sent_at: Instant, stage: &str) -> Result<(), Error> {
+        let stop_by = self.timing.kill_by(self.timing.validity_end(sent_at));
+        if Instant::now() < stop_by {
+            return Ok(());
+        }
+        Err(Error::Connection {
+            backend: self.describe_short(),
+            detail: format!(
+                "{stage} took {:?} of the {:?} lease, too little validity left to use it; given back (the masters answer slowly: check their load and --redis-node-timeout)",
+                sent_at.elapsed(),
+                self.timing.ttl
+            ),
+        })
+    }
+
+    pub(super) async fn acquire_op(&mut self) -> Result<Acquire, Error> {
+        let token = self.token.get_or_insert_with(new_token).clone();
+        let sent_at = Instant::now();
+        let call = eval(
+            &self.scripts.acquire,
+            &[&self.keys.lease, &self.keys.fence],
+            &[&token, &self.id_json, &self.ttl_ms(), &self.highest_fencing],
+        );
+        let replies = self.on_all(&call).await;
+        let judged = match self.answers(replies) {
+            Ok(judged) => judged,
+            Err(e) => {
+                self.give_back().await;
+                return Err(e);
+            }
+        };
+        let fencing = match tally::acquire(&judged.answers, self.quorum) {
+            Acquired::Won { fencing, .. } => fencing,
+            Acquired::Refused(standing) => {
+                self.give_back().await;
+                return match standing {
+                    Standing::Unreachable { .. } => Err(self.unreachable(judged.errors)),
+                    Standing::Held { holder, expires_in }
+                    | Standing::Contested {
+                        largest: holder,
+                        expires_in,
+                    } => Ok(Acquire::Held { holder, expires_in }),
+                    // Ours on too few and no one else's: masters that did
+                    // not answer kept it from a quorum.
+                    Standing::Vacant => Err(self.unreachable(judged.errors)),
+                };
+            }
+        };
+        if let Err(e) = self.in_time(sent_at, "winning a quorum") {
+            self.give_back().await;
+            return Err(e);
+        }
+        // Phase two, on the masters that are ours.
+        let commit = eval(
+            &self.scripts.commit,
+            &[&self.keys.lease, &self.keys.fence],
+            &[&token, &self.id_json, &fencing],
+        );
+        let ours: Vec<bool> = judged
+            .answers
+            .iter()
+            .map(|a| matches!(a, Answer::Ours(_)))
+            .collect();
+        let commits = join_all(
+            self.nodes
+                .iter_mut()
+                .zip(&ours)
+                .filter(|(_, ours)| **ours)
+                .map(|(node, _)| node.invoke(&commit)),
+        )
+        .await;
+        let committed = commits
+            .iter()
+            .filter(|c| matches!(c, Ok(Value::Array(v)) if v.first() == Some(&Value::Int(1))))
+            .count();
+        self.highest_fencing = self.highest_fencing.max(fencing);
+        if committed < self.quorum {
+            self.give_back().await;
+            return Err(Error::Connection {
+                backend: self.describe_short(),
+                detail: format!(
+                    "won on a quorum but committed its fencing token on only {committed} master(s), {} needed; given back",
+                    self.quorum
+                ),
+            });
+        }
+        if let Err(e) = self.in_time(sent_at, "winning a quorum and committing its token") {
+            self.give_back().await;
+            return Err(e);
+        }
+        self.fencing = fencing;
+        self.valid_until = Some(self.timing.validity_end(sent_at));
+        Ok(Acquire::Won {
+            fencing_token: fencing,
+            sent_at,
+        })
+    }
+}
