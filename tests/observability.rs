@@ -7,9 +7,8 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{FAST, Leaderd, Redis, eventually, on_redis};
+use support::{FAST, Leaderd, Redis, eventually, on_redis, promtool};
 
 const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -39,27 +38,6 @@ fn scrape(node: &Leaderd, accept: Option<&str>) -> (String, String) {
         })
         .expect("Content-Type");
     (content_type, body.to_string())
-}
-
-/// `promtool check metrics` on `body`: (passed, what it said).
-fn promtool(body: &str) -> (bool, String) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool is installed (scripts/test installs Debian's prometheus)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), said)
 }
 
 fn sample(body: &str, prefix: &str) -> Option<f64> {

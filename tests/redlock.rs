@@ -330,3 +330,33 @@ fn no_holder_on_a_majority_is_contested() {
     assert_eq!(view["contested"], true, "{view}");
     assert_eq!(view["held"], false, "{view}");
 }
+
+#[test]
+fn metrics_count_the_masters_that_answered() {
+    let mut masters = Masters::start(3);
+    let key = support::key("redlock-metrics");
+    let a = candidate(&masters, &key, "a", &[]);
+    leads(&a);
+    let scrape = || {
+        a.get("/metrics")
+            .and_then(|(_, body)| body.as_str().map(str::to_string))
+            .expect("/metrics answers")
+    };
+    let text = scrape();
+    let (ok, said) = support::promtool(&text);
+    assert!(ok, "promtool: {said}\n{text}");
+    for line in [
+        "leaderd_backend_nodes{count=\"answered\"} 3",
+        "leaderd_backend_nodes{count=\"configured\"} 3",
+        "leaderd_backend_nodes{count=\"quorum\"} 2",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+    masters.nodes[2].kill();
+    eventually(PATIENCE, "a renewal answered by two of three", || {
+        scrape()
+            .contains("leaderd_backend_nodes{count=\"answered\"} 2")
+            .then_some(())
+    });
+    assert!(a.is_leader(), "two of three is a quorum");
+}

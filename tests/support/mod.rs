@@ -737,3 +737,24 @@ fn serve_one(
         Answer::Hang => std::thread::sleep(Duration::from_secs(60)),
     }
 }
+
+/// `promtool check metrics` on `body`: (passed, what it said).
+pub fn promtool(body: &str) -> (bool, String) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (scripts/test installs Debian's prometheus)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), said)
+}

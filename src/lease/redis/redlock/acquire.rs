@@ -42,14 +42,14 @@ impl Redlock {
         let judged = match self.answers(replies) {
             Ok(judged) => judged,
             Err(e) => {
-                self.give_back().await;
+                self.give_back(None).await;
                 return Err(e);
             }
         };
         let fencing = match tally::acquire(&judged.answers, self.quorum) {
             Acquired::Won { fencing, .. } => fencing,
             Acquired::Refused(standing) => {
-                self.give_back().await;
+                self.give_back(Some(&judged.answers)).await;
                 return match standing {
                     Standing::Unreachable { .. } => Err(self.unreachable(judged.errors)),
                     Standing::Held { holder, expires_in }
@@ -64,7 +64,7 @@ impl Redlock {
             }
         };
         if let Err(e) = self.in_time(sent_at, "winning a quorum") {
-            self.give_back().await;
+            self.give_back(Some(&judged.answers)).await;
             return Err(e);
         }
         // Phase two, on the masters that are ours.
@@ -92,7 +92,7 @@ impl Redlock {
             .count();
         self.highest_fencing = self.highest_fencing.max(fencing);
         if committed < self.quorum {
-            self.give_back().await;
+            self.give_back(Some(&judged.answers)).await;
             return Err(Error::Connection {
                 backend: self.describe_short(),
                 detail: format!(
@@ -102,7 +102,7 @@ impl Redlock {
             });
         }
         if let Err(e) = self.in_time(sent_at, "winning a quorum and committing its token") {
-            self.give_back().await;
+            self.give_back(Some(&judged.answers)).await;
             return Err(e);
         }
         self.fencing = fencing;

@@ -190,7 +190,7 @@ impl Redlock {
                     Standing::Held { holder, .. } => Some(holder),
                     _ => None,
                 };
-                self.give_back().await;
+                self.give_back(Some(&judged.answers)).await;
                 Ok(Renew::Lost { holder })
             }
             Renewed::Failed { ours, failed } => Err(Error::Connection {
@@ -207,6 +207,12 @@ impl Redlock {
     /// forgotten only once every master answered, so the next acquire
     /// recognises a key a silent master may still hold.
     async fn release_op(&mut self) -> Result<bool, Error> {
+        let every = vec![true; self.nodes.len()];
+        self.release_on(&every).await
+    }
+
+    /// Releases on the masters marked in `on`.
+    async fn release_on(&mut self, on: &[bool]) -> Result<bool, Error> {
         let Some(token) = self.token.clone() else {
             return Ok(false);
         };
@@ -220,11 +226,13 @@ impl Redlock {
                 &(wake::WAKE_LINGER.as_millis() as u64),
             ],
         );
-        let replies = self.on_all(&call).await;
+        let asked = self.nodes.iter_mut().zip(on).filter(|(_, on)| **on);
+        let replies = join_all(asked.map(|(node, _)| node.invoke(&call))).await;
         self.valid_until = None;
         self.fencing = 0;
         let mut errors = Vec::new();
         let mut released = false;
+        let sent = replies.len();
         for reply in replies {
             match reply {
                 Ok(Value::Int(n)) => released |= n == 1,
@@ -236,17 +244,25 @@ impl Redlock {
         if errors.is_empty() {
             self.token = None;
         }
-        if self.answered == 0 {
+        if sent > 0 && errors.len() == sent {
             return Err(self.unreachable(errors));
         }
         Ok(released)
     }
 
-    /// Gives back whatever an attempt took: owner-checked, on every master,
+    /// Gives back whatever an attempt took: owner-checked, on every master
+    /// that may hold it (all but those that answered with another holder),
     /// those that did not answer included. Best effort: what stays expires.
-    async fn give_back(&mut self) {
+    async fn give_back(&mut self, answers: Option<&[Answer]>) {
+        let on: Vec<bool> = match answers {
+            Some(answers) => answers
+                .iter()
+                .map(|a| !matches!(a, Answer::Other(..)))
+                .collect(),
+            None => vec![true; self.nodes.len()],
+        };
         let answered = self.answered;
-        if let Err(e) = self.release_op().await {
+        if let Err(e) = self.release_on(&on).await {
             tracing::debug!(error = %e, "could not give back a partial lease");
         }
         self.answered = answered;
