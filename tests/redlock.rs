@@ -360,3 +360,68 @@ fn metrics_count_the_masters_that_answered() {
     });
     assert!(a.is_leader(), "two of three is a quorum");
 }
+
+/// EVALSHA calls a master has served since its statistics were reset.
+fn evalsha_calls(master: &support::Redis) -> u64 {
+    let stats = master.info("commandstats");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A refused attempt that took a minority of masters gives them back
+/// without waking anyone: two waiters that woke each other at every
+/// give-back once sent thousands of commands a second while the leader held
+/// only a bare quorum (two masters restarted empty, until its next renewal).
+#[test]
+fn refused_attempts_wake_no_one() {
+    let masters = Masters::start(5);
+    let key = support::key("redlock-quiet");
+    let slow = |id: &str| {
+        let mut args = masters.args(&key);
+        args.extend(["--ttl", "10s"].map(String::from));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Leaderd::run(id, &args)
+    };
+    let a = slow("a");
+    a.wait_leading(PATIENCE);
+    for node in &masters.nodes[3..] {
+        node.cmd(&["DEL", &Masters::lease_key(&key)]);
+    }
+    let waiters = [slow("b"), slow("c")];
+    for w in &waiters {
+        w.wait_log(PATIENCE, "lease held by another candidate");
+    }
+    masters.nodes[3].cmd(&["CONFIG", "RESETSTAT"]);
+    // A measurement window: the waiters' timers are ~10 s away and a renews
+    // at most once in it, so a handful of calls at most; the loop this
+    // guards against made thousands.
+    std::thread::sleep(Duration::from_secs(1));
+    let calls = evalsha_calls(&masters.nodes[3]);
+    assert!(calls <= 10, "{calls} scripts in 1 s on a vacated master");
+    assert!(a.is_leader() && waiters.iter().all(|w| !w.is_leader()));
+}
+
+/// No holder on a majority (a split vote, or leftovers of failed attempts):
+/// a candidate looks again within a few node timeouts, not only when the
+/// leftovers expire.
+#[test]
+fn a_contested_lease_is_looked_at_again_soon() {
+    let masters = Masters::start(5);
+    let key = support::key("redlock-split");
+    for (i, id) in ["x", "x", "y", "y"].iter().enumerate() {
+        let value = format!(r#"{{"id":"{id}","fencing_token":{},"owner":"o"}}"#, i + 1);
+        masters.nodes[i].cmd(&["SET", &Masters::lease_key(&key), &value, "PX", "60000"]);
+    }
+    let b = candidate(&masters, &key, "b", &[]);
+    b.wait_log(PATIENCE, "lease held by another candidate");
+    for node in &masters.nodes[..2] {
+        node.cmd(&["DEL", &Masters::lease_key(&key)]);
+    }
+    // Long before the leftovers' 60 s.
+    b.wait_leading(PATIENCE);
+    assert!(token(&b) > 4, "above every token seen");
+}

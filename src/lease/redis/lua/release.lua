@@ -3,11 +3,17 @@
 -- Deletes the lease only if it is still ours and, in the same atomic step,
 -- wakes a few waiters: each entry pushed on the wake list goes to one
 -- client blocked in BLPOP on it, oldest first. Also announces the release
--- on the channel for observers. Returns 1 if released, else 0.
+-- on the channel for observers. With ARGV[3] = 0 it only deletes: Redlock
+-- giving back a partial acquire, which ended no one's leadership and must
+-- not wake waiters (two refused candidates would wake each other without
+-- end). Returns 1 if released, else 0.
 local lease = held_by(KEYS[1])
 if lease and lease.owner == redis.sha1hex(ARGV[1]) then
   local id = lease.id or ''
   redis.call('DEL', KEYS[1])
+  if tonumber(ARGV[3]) == 0 then
+    return 1
+  end
   redis.call('PUBLISH', ARGV[2], id)
   redis.call('DEL', KEYS[2])
   for _ = 1, tonumber(ARGV[3]) do

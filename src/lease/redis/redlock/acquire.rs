@@ -10,6 +10,7 @@ use super::tally::{self, Acquired, Answer, Standing};
 use crate::lease::{Acquire, Error, new_token};
 use futures_util::future::join_all;
 use redis::Value;
+use std::time::Duration;
 use tokio::time::Instant;
 
 impl Redlock {
@@ -30,6 +31,14 @@ impl Redlock {
         })
     }
 
+    /// Between one and two node timeouts: time for a competing attempt to
+    /// finish, giving back its part.
+    fn split_backoff(&self) -> Duration {
+        let mut byte = [0u8; 1];
+        let spread = getrandom::fill(&mut byte).map_or(128, |_| u32::from(byte[0]));
+        self.node_timeout + self.node_timeout * spread / 255
+    }
+
     pub(super) async fn acquire_op(&mut self) -> Result<Acquire, Error> {
         let token = self.token.get_or_insert_with(new_token).clone();
         let sent_at = Instant::now();
@@ -42,21 +51,33 @@ impl Redlock {
         let judged = match self.answers(replies) {
             Ok(judged) => judged,
             Err(e) => {
-                self.give_back(None).await;
+                self.give_back(None, false).await;
                 return Err(e);
             }
         };
         let fencing = match tally::acquire(&judged.answers, self.quorum) {
             Acquired::Won { fencing, .. } => fencing,
             Acquired::Refused(standing) => {
-                self.give_back(Some(&judged.answers)).await;
+                self.give_back(Some(&judged.answers), false).await;
                 return match standing {
                     Standing::Unreachable { .. } => Err(self.unreachable(judged.errors)),
-                    Standing::Held { holder, expires_in }
-                    | Standing::Contested {
+                    Standing::Held { holder, expires_in } => {
+                        Ok(Acquire::Held { holder, expires_in })
+                    }
+                    // A split vote (each gave back its part, no one wakes
+                    // anyone) or leftovers of a failed attempt: look again
+                    // soon, at a random moment so that candidates split by
+                    // one vote do not split again.
+                    Standing::Contested {
                         largest: holder,
                         expires_in,
-                    } => Ok(Acquire::Held { holder, expires_in }),
+                    } => Ok(Acquire::Held {
+                        holder,
+                        expires_in: Some(
+                            self.split_backoff()
+                                .min(expires_in.unwrap_or(Duration::MAX)),
+                        ),
+                    }),
                     // Ours on too few and no one else's: masters that did
                     // not answer kept it from a quorum.
                     Standing::Vacant => Err(self.unreachable(judged.errors)),
@@ -64,7 +85,7 @@ impl Redlock {
             }
         };
         if let Err(e) = self.in_time(sent_at, "winning a quorum") {
-            self.give_back(Some(&judged.answers)).await;
+            self.give_back(Some(&judged.answers), false).await;
             return Err(e);
         }
         // Phase two, on the masters that are ours.
@@ -92,7 +113,7 @@ impl Redlock {
             .count();
         self.highest_fencing = self.highest_fencing.max(fencing);
         if committed < self.quorum {
-            self.give_back(Some(&judged.answers)).await;
+            self.give_back(Some(&judged.answers), false).await;
             return Err(Error::Connection {
                 backend: self.describe_short(),
                 detail: format!(
@@ -102,7 +123,7 @@ impl Redlock {
             });
         }
         if let Err(e) = self.in_time(sent_at, "winning a quorum and committing its token") {
-            self.give_back(Some(&judged.answers)).await;
+            self.give_back(Some(&judged.answers), false).await;
             return Err(e);
         }
         self.fencing = fencing;

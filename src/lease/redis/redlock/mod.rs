@@ -52,6 +52,8 @@ pub struct Redlock {
     valid_until: Option<Instant>,
     /// How many masters answered the last operation.
     answered: usize,
+    /// Each master's request timeout (`--redis-node-timeout`).
+    node_timeout: Duration,
     scripts: Scripts,
     config: Config,
 }
@@ -83,6 +85,7 @@ impl Redlock {
             highest_fencing: 0,
             valid_until: None,
             answered: 0,
+            node_timeout: *node_timeout,
             scripts,
             config: config.clone(),
         })
@@ -190,7 +193,9 @@ impl Redlock {
                     Standing::Held { holder, .. } => Some(holder),
                     _ => None,
                 };
-                self.give_back(Some(&judged.answers)).await;
+                // Our leadership ended: wake the waiters of any master
+                // where it did.
+                self.give_back(Some(&judged.answers), true).await;
                 Ok(Renew::Lost { holder })
             }
             Renewed::Failed { ours, failed } => Err(Error::Connection {
@@ -208,11 +213,12 @@ impl Redlock {
     /// recognises a key a silent master may still hold.
     async fn release_op(&mut self) -> Result<bool, Error> {
         let every = vec![true; self.nodes.len()];
-        self.release_on(&every).await
+        self.release_on(&every, wake::WAKE_COPIES).await
     }
 
-    /// Releases on the masters marked in `on`.
-    async fn release_on(&mut self, on: &[bool]) -> Result<bool, Error> {
+    /// Releases on the masters marked in `on`, pushing `wake_copies`
+    /// wake-ups on each (0: a quiet give-back).
+    async fn release_on(&mut self, on: &[bool], wake_copies: usize) -> Result<bool, Error> {
         let Some(token) = self.token.clone() else {
             return Ok(false);
         };
@@ -222,7 +228,7 @@ impl Redlock {
             &[
                 &token,
                 &self.keys.channel,
-                &wake::WAKE_COPIES,
+                &wake_copies,
                 &(wake::WAKE_LINGER.as_millis() as u64),
             ],
         );
@@ -253,7 +259,9 @@ impl Redlock {
     /// Gives back whatever an attempt took: owner-checked, on every master
     /// that may hold it (all but those that answered with another holder),
     /// those that did not answer included. Best effort: what stays expires.
-    async fn give_back(&mut self, answers: Option<&[Answer]>) {
+    /// Quiet unless `wake`: a refused attempt ended no one's leadership,
+    /// and two refused candidates that woke each other would never stop.
+    async fn give_back(&mut self, answers: Option<&[Answer]>, wake: bool) {
         let on: Vec<bool> = match answers {
             Some(answers) => answers
                 .iter()
@@ -262,7 +270,8 @@ impl Redlock {
             None => vec![true; self.nodes.len()],
         };
         let answered = self.answered;
-        if let Err(e) = self.release_on(&on).await {
+        let copies = if wake { wake::WAKE_COPIES } else { 0 };
+        if let Err(e) = self.release_on(&on, copies).await {
             tracing::debug!(error = %e, "could not give back a partial lease");
         }
         self.answered = answered;
