@@ -200,6 +200,12 @@ impl clap::Args for ConfigArgs {
             if !spec.choices.is_empty() {
                 arg = arg.value_parser(Suggest(spec.choices));
             }
+            if spec.switch {
+                arg = arg
+                    .num_args(0..=1)
+                    .require_equals(true)
+                    .default_missing_value("true");
+            }
             cmd = cmd.arg(arg);
         }
         cmd

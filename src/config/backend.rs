@@ -32,6 +32,8 @@ pub enum BackendConfig {
         node_timeout: Duration,
         tls: RedisTls,
     },
+    /// A lease row (or a row and an advisory lock) in PostgreSQL.
+    Postgres(Box<super::postgres::PgConfig>),
     /// `implicit` when no backend was configured and the embedded default is used.
     LockFile { path: PathBuf, implicit: bool },
 }
@@ -130,9 +132,12 @@ pub(super) fn backend(
     r: &Resolver<'_>,
     s: &Sources<'_>,
     key: &str,
+    renew_interval: &Value<Duration>,
     warnings: &mut Vec<String>,
+    note: &mut impl FnMut(&'static str, String, &Origin),
 ) -> Result<Value<BackendConfig>, ConfigError> {
     let urls = redis_urls(r, s, warnings)?;
+    let postgres = super::postgres::postgres_url(r, s, warnings)?;
     let lock_file = r.scalar(&options::LOCK_FILE, |p| {
         if p.trim().is_empty() {
             Err("is empty; give a file path".to_string())
@@ -140,11 +145,31 @@ pub(super) fn backend(
             Ok(PathBuf::from(p))
         }
     })?;
+    let given: Vec<String> = [
+        urls.as_ref().map(|u| format!("Redis ({})", u.origin)),
+        postgres
+            .as_ref()
+            .map(|u| format!("PostgreSQL ({})", u.origin)),
+        lock_file
+            .as_ref()
+            .map(|f| format!("a lock file ({})", f.origin)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if given.len() > 1 {
+        return Err(ConfigError(format!(
+            "more than one backend is configured: {}; choose one",
+            given.join(" and ")
+        )));
+    }
+    if let Some(url) = postgres {
+        let origin = url.origin.clone();
+        let value = super::postgres::resolve(r, s, url, renew_interval, warnings, note)?;
+        return Ok(Value { value, origin });
+    }
     match (urls, lock_file) {
-        (Some(urls), Some(file)) => Err(ConfigError(format!(
-            "both a Redis backend ({}) and a lock file ({}) are configured; choose one",
-            urls.origin, file.origin
-        ))),
+        (Some(_), Some(_)) => unreachable!("refused above"),
         (Some(mut urls), None) => match urls.value.len() {
             0 => Err(ConfigError(format!(
                 "{}: no Redis URL given; give one redis:// URL",

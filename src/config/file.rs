@@ -149,6 +149,7 @@ fn text(spec: &Spec, value: &DeValue<'_>) -> Result<String, String> {
         DeValue::Float(n) => Err(format!(
             "a bare number ({n}) is not accepted; write a quoted value with a unit, e.g. \"{n}s\""
         )),
+        DeValue::Boolean(b) if spec.switch => Ok(b.to_string()),
         DeValue::Boolean(b) => Err(format!("`{b}` is not accepted here; write a quoted string")),
         _ => Err("expected a quoted string".into()),
     }

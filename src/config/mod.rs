@@ -10,6 +10,7 @@
 mod backend;
 mod file;
 pub mod options;
+mod postgres;
 mod resolve;
 mod sections;
 #[cfg(test)]
@@ -18,6 +19,7 @@ mod values;
 
 pub use backend::{BackendConfig, RedisTls};
 pub use file::ConfigFile;
+pub use postgres::{PgConfig, PgMode, PgTable, PgTls, PgUrl, SslMode};
 pub use resolve::show as show_duration;
 pub use values::{
     ClusterUrl, LogFormat, OnChildExit, RedisUrl, Secret, SentinelUrl, Signal, WaitReplicas,

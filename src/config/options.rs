@@ -25,6 +25,9 @@ pub struct Spec {
     pub list: bool,
     /// The values completions offer (the configuration still checks them).
     pub choices: &'static [&'static str],
+    /// A switch: `--flag` alone means `true` (`--flag=false` is allowed),
+    /// and the TOML key takes a boolean.
+    pub switch: bool,
 }
 
 const fn spec(id: &'static str, flag: &'static str, env: &'static str, key: &'static str) -> Spec {
@@ -40,6 +43,7 @@ const fn spec(id: &'static str, flag: &'static str, env: &'static str, key: &'st
         default: None,
         list: false,
         choices: &[],
+        switch: false,
     }
 }
 
@@ -62,6 +66,10 @@ impl Spec {
     }
     const fn choices(mut self, choices: &'static [&'static str]) -> Self {
         self.choices = choices;
+        self
+    }
+    const fn switch(mut self) -> Self {
+        self.switch = true;
         self
     }
     const fn list(mut self) -> Self {
@@ -157,6 +165,67 @@ pub const REDIS_SENTINEL_PASSWORD: Spec = spec(
 .value("PASSWORD")
 .under(BACKEND)
 .help("The sentinels' password itself (instead of the file)");
+pub const POSTGRES: Spec = spec(
+    "postgres",
+    "--postgres",
+    "LEADERD_POSTGRES_URL",
+    "postgres.url",
+)
+.value("URL")
+.under(BACKEND)
+.help("PostgreSQL URL, postgres://user:pass@host[,host2][:port]/db?sslmode=…&target_session_attrs=read-write (?mode=advisory for session advisory locks; or in a file: LEADERD_POSTGRES_URL_FILE, postgres.url_file)");
+pub const POSTGRES_URL_FILE: Spec = spec(
+    "postgres_url_file",
+    "",
+    "LEADERD_POSTGRES_URL_FILE",
+    "postgres.url_file",
+)
+.no_flag()
+.value("FILE")
+.under(BACKEND)
+.help("A file holding the PostgreSQL URL, read at start-up");
+pub const POSTGRES_TABLE: Spec = spec(
+    "postgres_table",
+    "--postgres-table",
+    "LEADERD_POSTGRES_TABLE",
+    "postgres.table",
+)
+.value("NAME")
+.under(BACKEND)
+.help("The lease table, [schema.]name (used as written, quoted)")
+.default("leaderd_lease");
+pub const POSTGRES_TIMEOUT: Spec = spec(
+    "postgres_timeout",
+    "--postgres-timeout",
+    "LEADERD_POSTGRES_TIMEOUT",
+    "postgres.timeout",
+)
+.value("DUR")
+.under(BACKEND)
+.help("Timeout of connecting and of every statement")
+.default("500ms");
+pub const POSTGRES_MODE: Spec = spec(
+    "postgres_mode",
+    "--postgres-mode",
+    "LEADERD_POSTGRES_MODE",
+    "postgres.mode",
+)
+.value("MODE")
+.under(BACKEND)
+.help("table: a lease row judged by the server's clock (works through transaction poolers); advisory: the row plus a session advisory lock held by a dedicated session (refused behind a transaction pooler); also ?mode= in the URL")
+.choices(&["table", "advisory"])
+.default("table");
+pub const POSTGRES_CREATE_TABLE: Spec = spec(
+    "postgres_create_table",
+    "--postgres-create-table",
+    "LEADERD_POSTGRES_CREATE_TABLE",
+    "postgres.create_table",
+)
+.value("BOOL")
+.under(BACKEND)
+.help("Create the lease table at start-up when it is missing (needs CREATE on the schema); without it, a missing table is an error that prints the statement")
+.switch()
+.default("false");
 pub const LOCK_FILE: Spec = spec("lock_file", "--lock-file", "LEADERD_LOCK_FILE", "lock_file")
     .value("PATH")
     .under(BACKEND)
@@ -379,7 +448,7 @@ pub const LOG_LEVEL: Spec = spec("log_level", "--log-level", "RUST_LOG", "log.le
     .default("info");
 
 /// Every option, in the order of `--help`, `check` and the docs.
-pub const ALL: [&Spec; 32] = [
+pub const ALL: [&Spec; 38] = [
     &CONFIG,
     &KEY,
     &ID,
@@ -387,6 +456,12 @@ pub const ALL: [&Spec; 32] = [
     &REDIS_URL_FILE,
     &REDIS_SENTINEL_PASSWORD_FILE,
     &REDIS_SENTINEL_PASSWORD,
+    &POSTGRES,
+    &POSTGRES_URL_FILE,
+    &POSTGRES_TABLE,
+    &POSTGRES_TIMEOUT,
+    &POSTGRES_MODE,
+    &POSTGRES_CREATE_TABLE,
     &LOCK_FILE,
     &REDIS_TLS_CA,
     &REDIS_TLS_CERT,

@@ -80,17 +80,36 @@ impl<'a> Resolver<'a> {
         spec: &'static Spec,
         parse: impl Fn(&str) -> Result<T, String>,
     ) -> Result<Option<Value<T>>, ConfigError> {
-        let (text, origin) = if let Some(v) = self.sources.args.get(spec) {
-            (
-                v.to_string(),
-                Origin::Flag(spec.flag.expect("given as a flag")),
-            )
-        } else if let Some((v, name)) = self.env_of(spec)? {
-            (v, Origin::Env(name))
-        } else if let Some(at) = self.sources.file.and_then(|f| f.scalar(spec)) {
-            let origin = self.file_origin(spec, &at);
-            (at.value.0, origin)
-        } else {
+        self.scalar_from(spec, [Layer::Flag, Layer::Env, Layer::File], parse)
+    }
+
+    /// A single-valued option from the first of `layers` that sets it.
+    pub(super) fn scalar_from<T, const N: usize>(
+        &self,
+        spec: &'static Spec,
+        layers: [Layer; N],
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<Option<Value<T>>, ConfigError> {
+        let mut found = None;
+        for layer in layers {
+            found = match layer {
+                Layer::Flag => self.sources.args.get(spec).map(|v| {
+                    (
+                        v.to_string(),
+                        Origin::Flag(spec.flag.expect("given as a flag")),
+                    )
+                }),
+                Layer::Env => self.env_of(spec)?.map(|(v, name)| (v, Origin::Env(name))),
+                Layer::File => self.sources.file.and_then(|f| f.scalar(spec)).map(|at| {
+                    let origin = self.file_origin(spec, &at);
+                    (at.value.0, origin)
+                }),
+            };
+            if found.is_some() {
+                break;
+            }
+        }
+        let Some((text, origin)) = found else {
             return Ok(None);
         };
         let value = parse(&text).map_err(|msg| ConfigError(format!("{origin}: {msg}")))?;
@@ -240,13 +259,15 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
     let redis_timeout = r.scalar(&options::REDIS_TIMEOUT, positive(values::parse_duration))?;
     let redis_timeout = or_default(redis_timeout, Duration::from_millis(500), "");
     let mut warnings = Vec::new();
-    let backend = backend(&r, s, &key.value, &mut warnings)?;
+    let backend = backend(&r, s, &key.value, &renew_interval, &mut warnings, &mut note)?;
     match &backend.value {
         BackendConfig::Redis { .. } | BackendConfig::Redlock { .. } => {
             let urls = match &backend.value {
                 BackendConfig::Redis { url, .. } => std::slice::from_ref(url),
                 BackendConfig::Redlock { urls, .. } => urls.as_slice(),
-                BackendConfig::LockFile { .. } => unreachable!("matched above"),
+                BackendConfig::LockFile { .. } | BackendConfig::Postgres(_) => {
+                    unreachable!("matched above")
+                }
             };
             let shown: Vec<String> = urls.iter().map(|u| format!("{:?}", u.redacted())).collect();
             note(
@@ -260,6 +281,7 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
                 &redis_timeout.origin,
             );
         }
+        BackendConfig::Postgres(_) => {}
         BackendConfig::LockFile { path, .. } => {
             note(
                 "lock_file",

@@ -365,6 +365,9 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
     let uncommented = uncommented
         .replace("lock_file = \"/run/leaderd/jobs.lock\"", "")
         .replace("url_file = \"/run/secrets/leaderd-redis-url\"", "")
+        // PostgreSQL is another backend: one at a time.
+        .replace("url = \"postgres://leaderd@127.0.0.1:5432/app\"", "")
+        .replace("url_file = \"/run/secrets/leaderd-postgres-url\"", "")
         .replace(
             "sentinel_password_file = \"/run/secrets/leaderd-sentinel-password\"",
             "",

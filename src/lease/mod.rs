@@ -3,8 +3,9 @@
 //! [`LeaseBackend`], whose documentation is the contract.
 //!
 //! Each backend is one module: [`file`](mod@file) (the embedded lock file),
-//! [`redis`] (one Redis server, or its Sentinel or Cluster deployment) and
-//! [`redis::redlock`] (a majority of several independent Redis masters). A backend owns its connections, its
+//! [`redis`] (one Redis server, or its Sentinel or Cluster deployment),
+//! [`redis::redlock`] (a majority of several independent Redis masters) and
+//! [`postgres`] (a lease table, optionally with a session advisory lock). A backend owns its connections, its
 //! wake-ups, its errors and their hints, and its part of `leaderd check`.
 //! [`open`] is the one place that chooses a backend from the configuration;
 //! the runner, `app` and the HTTP layer only see the trait.
@@ -24,6 +25,7 @@
 //! contract suite's `SCENES`.
 
 pub mod file;
+pub mod postgres;
 pub mod redis;
 
 use crate::config::{BackendConfig, Config};
@@ -36,7 +38,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Every backend [`open`] can build, by the name the contract suite uses.
-pub const BACKENDS: [&str; 3] = ["lock-file", "redis", "redlock"];
+pub const BACKENDS: [&str; 5] = [
+    "lock-file",
+    "redis",
+    "redlock",
+    "postgres-table",
+    "postgres-advisory",
+];
 
 /// Who holds a lease, as far as the backend could tell. `id` is `None` when
 /// the backend holds something leaderd did not write.
@@ -132,6 +140,10 @@ pub enum Error {
     },
     #[error("lock file {path}: {detail}")]
     File { path: String, detail: String },
+    /// Something a person must set up on the server first (a table, a
+    /// grant); `detail` says what, in the server's own terms.
+    #[error("{backend}: {detail}")]
+    NotSetUp { backend: String, detail: String },
     /// The lease's key holds something nobody can take over (a value leaderd
     /// did not write, a wrong type, no expiry). leaderd never overwrites it.
     #[error(
@@ -152,6 +164,7 @@ impl Error {
         matches!(
             self,
             Error::Misconfigured { .. }
+                | Error::NotSetUp { .. }
                 | Error::File { .. }
                 | Error::WrongKind { .. }
                 | Error::Tls { .. }
@@ -259,6 +272,7 @@ pub fn open(config: &Config) -> Result<Box<dyn LeaseBackend>, Error> {
     Ok(match &config.backend {
         BackendConfig::Redis { .. } => Box::new(redis::RedisLease::open(config)?),
         BackendConfig::Redlock { .. } => Box::new(redis::redlock::Redlock::open(config)?),
+        BackendConfig::Postgres(_) => Box::new(postgres::PgLease::open(config)?),
         BackendConfig::LockFile { .. } => Box::new(file::FileLease::open(config)),
     })
 }

@@ -1,0 +1,525 @@
+//! PostgreSQL: the lease is a row of a logged table (default
+//! `leaderd_lease`), taken, renewed and released by one statement each,
+//! judged by the server's clock ([`sql`]). Works through a transaction
+//! pooler; wake-ups by `LISTEN`/`NOTIFY` on a session of their own
+//! ([`wake`]), or the expiry timer where a pooler makes `LISTEN` useless.
+//!
+//! Advisory mode adds a session advisory lock, held by the lease's own
+//! session while it leads ([`advisory`]): other programs that take the same
+//! lock number are excluded too, and the server frees it within a TTL of the
+//! session's silence (`idle_session_timeout`). The row stays the authority
+//! for the fencing token and the expiry: a session the server terminated
+//! frees the lock at once, while its holder may still believe it leads, so
+//! a new holder also waits for the row to expire.
+
+mod advisory;
+mod check;
+mod sql;
+mod tls;
+mod wake;
+
+use crate::config::{BackendConfig, Config, PgConfig, PgMode};
+use crate::lease::{Acquire, BoxFuture, Error, Holder, LeaseBackend, Peek, Renew, new_token};
+use crate::timing::Timing;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Row};
+use tokio_util::sync::CancellationToken;
+
+/// tokio-postgres's connection, over rustls (or plain text).
+pub(super) type Conn = tokio_postgres::Connection<
+    tokio_postgres::Socket,
+    <tokio_postgres_rustls::MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
+        tokio_postgres::Socket,
+    >>::Stream,
+>;
+
+pub struct PgLease {
+    pg: PgConfig,
+    key: String,
+    id: String,
+    timing: Timing,
+    /// The server, as logs show it (no password).
+    shown: String,
+    /// The ownership token of the lease we hold or may hold.
+    token: Option<String>,
+    /// Highest fencing token seen: a floor for the next term's.
+    highest_fencing: u64,
+    session: Option<Session>,
+    statements: Statements,
+    /// The `NOTIFY` channel of this key's releases.
+    channel: String,
+}
+
+/// The lease's own session.
+pub(super) struct Session {
+    client: Client,
+    task: JoinHandle<()>,
+    /// Advisory mode: this session holds the lock.
+    locked: bool,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+struct Statements {
+    acquire: String,
+    renew: String,
+    release: String,
+    peek: String,
+}
+
+impl PgLease {
+    pub fn open(config: &Config) -> Result<Self, Error> {
+        let BackendConfig::Postgres(pg) = &config.backend else {
+            unreachable!("lease::open passes only a PostgreSQL configuration")
+        };
+        let shown = describe(pg);
+        // Fail now on TLS material that cannot be used.
+        tls::connector(&pg.tls).map_err(|detail| Error::Tls {
+            backend: shown.clone(),
+            detail,
+            hint: "check sslrootcert, sslcert and sslkey in the PostgreSQL URL".into(),
+        })?;
+        Ok(PgLease {
+            statements: Statements {
+                acquire: sql::acquire(&pg.table),
+                renew: sql::renew(&pg.table),
+                release: sql::release(&pg.table),
+                peek: sql::peek(&pg.table),
+            },
+            channel: channel(&pg.table.name, &config.key),
+            pg: (**pg).clone(),
+            key: config.key.clone(),
+            id: config.id.clone(),
+            timing: config.timing,
+            shown,
+            token: None,
+            highest_fencing: 0,
+            session: None,
+        })
+    }
+
+    fn ttl_ms(&self) -> i64 {
+        self.timing.ttl.as_millis() as i64
+    }
+
+    /// The lease's session, connected (and vetted: a primary) if need be.
+    async fn session(&mut self) -> Result<&mut Session, Error> {
+        if self.session.as_ref().is_some_and(|s| s.client.is_closed()) {
+            self.session = None;
+        }
+        if self.session.is_none() {
+            let (client, conn) = connect(&self.pg, &self.shown).await?;
+            let task = tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            primary(&client, &self.pg, &self.shown).await?;
+            self.session = Some(Session {
+                client,
+                task,
+                locked: false,
+            });
+        }
+        Ok(self.session.as_mut().expect("connected above"))
+    }
+
+    /// Runs one statement on the lease's session, bounded by the timeout.
+    /// A timeout or a lost connection drops the session: the next
+    /// operation starts on a fresh one.
+    async fn run(
+        &mut self,
+        statement: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, Error> {
+        let timeout = self.pg.timeout;
+        let shown = self.shown.clone();
+        let session = self.session().await?;
+        let outcome =
+            tokio::time::timeout(timeout, session.client.query_typed(statement, params)).await;
+        match outcome {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(e)) => {
+                let error = classify(&e, &shown, &self.pg);
+                if e.as_db_error().is_none() {
+                    self.session = None;
+                }
+                Err(error)
+            }
+            Err(_) => {
+                self.session = None;
+                Err(Error::Timeout {
+                    backend: shown,
+                    timeout,
+                })
+            }
+        }
+    }
+
+    async fn acquire_op(&mut self) -> Result<Acquire, Error> {
+        let token = self.token.get_or_insert_with(new_token).clone();
+        let sent_at = Instant::now();
+        if self.pg.mode == PgMode::Advisory && !self.take_lock().await? {
+            // The row's expiry when it has one; else (another program
+            // holds the lock) the retry interval.
+            let (holder, expires_in) = self.lock_holder().await?;
+            return Ok(Acquire::Held { holder, expires_in });
+        }
+        let (ttl, seen) = (self.ttl_ms(), self.highest_fencing as i64);
+        let statement = self.statements.acquire.clone();
+        let rows = self
+            .run(
+                &statement,
+                &[
+                    (&self.key.clone(), Type::TEXT),
+                    (&self.id.clone(), Type::TEXT),
+                    (&token, Type::TEXT),
+                    (&ttl, Type::INT8),
+                    (&seen, Type::INT8),
+                ],
+            )
+            .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(e) => {
+                self.drop_lock().await;
+                return Err(e);
+            }
+        };
+        let row = rows.first().ok_or_else(|| self.unexpected("no row"))?;
+        let (holder, left) = self.holder_of(row, 1)?;
+        if let Some(seen) = holder.as_ref().and_then(|h| h.fencing_token) {
+            self.highest_fencing = self.highest_fencing.max(seen);
+        }
+        match row.try_get::<_, Option<i64>>(0) {
+            Ok(Some(fencing)) => {
+                let fencing = fencing.max(0) as u64;
+                self.highest_fencing = self.highest_fencing.max(fencing);
+                Ok(Acquire::Won {
+                    fencing_token: fencing,
+                    sent_at,
+                })
+            }
+            Ok(None) => {
+                self.drop_lock().await;
+                Ok(Acquire::Held {
+                    holder: holder.unwrap_or(Holder {
+                        id: None,
+                        fencing_token: None,
+                    }),
+                    expires_in: left,
+                })
+            }
+            Err(e) => Err(self.unexpected(&e.to_string())),
+        }
+    }
+
+    async fn renew_op(&mut self) -> Result<Renew, Error> {
+        let Some(token) = self.token.clone() else {
+            return Ok(Renew::Lost { holder: None });
+        };
+        let sent_at = Instant::now();
+        if self.pg.mode == PgMode::Advisory && !self.keep_lock().await? {
+            return Ok(Renew::Lost {
+                holder: self.lock_holder().await.ok().map(|(h, _)| h),
+            });
+        }
+        let ttl = self.ttl_ms();
+        let statement = self.statements.renew.clone();
+        let rows = self
+            .run(
+                &statement,
+                &[
+                    (&self.key.clone(), Type::TEXT),
+                    (&token, Type::TEXT),
+                    (&ttl, Type::INT8),
+                ],
+            )
+            .await?;
+        let row = rows.first().ok_or_else(|| self.unexpected("no row"))?;
+        let renewed: i64 = row
+            .try_get(0)
+            .map_err(|e| self.unexpected(&e.to_string()))?;
+        if renewed == 1 {
+            return Ok(Renew::Renewed { sent_at });
+        }
+        let (holder, _) = self.holder_of(row, 1)?;
+        self.drop_lock().await;
+        Ok(Renew::Lost { holder })
+    }
+
+    async fn release_op(&mut self) -> Result<bool, Error> {
+        let Some(token) = self.token.clone() else {
+            return Ok(false);
+        };
+        // The lock first: the release's notification must find it free. A
+        // waiter that tries in between finds the row still held, and the
+        // notification comes right after.
+        self.drop_lock().await;
+        let statement = self.statements.release.clone();
+        let rows = self
+            .run(
+                &statement,
+                &[
+                    (&self.key.clone(), Type::TEXT),
+                    (&token, Type::TEXT),
+                    (&self.channel.clone(), Type::TEXT),
+                    (&self.id.clone(), Type::TEXT),
+                ],
+            )
+            .await?;
+        self.token = None;
+        Ok(!rows.is_empty())
+    }
+
+    async fn peek_op(&mut self) -> Result<Peek, Error> {
+        let statement = self.statements.peek.clone();
+        let rows = self
+            .run(&statement, &[(&self.key.clone(), Type::TEXT)])
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(Peek::default());
+        };
+        let (holder, expires_in) = self.holder_of(row, 0)?;
+        Ok(Peek {
+            holder,
+            expires_in,
+            contested: false,
+        })
+    }
+
+    /// The holder columns starting at `at`: id, fence, milliseconds left.
+    fn holder_of(&self, row: &Row, at: usize) -> Result<(Option<Holder>, Option<Duration>), Error> {
+        let bad = |e: tokio_postgres::Error| self.unexpected(&e.to_string());
+        let id: Option<String> = row.try_get(at).map_err(bad)?;
+        let fence: Option<i64> = row.try_get(at + 1).map_err(bad)?;
+        let left: Option<i64> = row.try_get(at + 2).map_err(bad)?;
+        let holder = match left {
+            Some(ms) if ms > 0 => Some(Holder {
+                id,
+                fencing_token: fence.map(|f| f.max(0) as u64),
+            }),
+            _ => None,
+        };
+        let left = left
+            .filter(|ms| *ms > 0)
+            .map(|ms| Duration::from_millis(ms as u64));
+        Ok((holder, left))
+    }
+
+    fn unexpected(&self, detail: &str) -> Error {
+        Error::Unexpected {
+            backend: self.shown.clone(),
+            detail: format!(
+                "{detail} (is {} leaderd's lease table?)",
+                self.pg.table.name
+            ),
+        }
+    }
+}
+
+/// `PostgreSQL user@host:port/db (table T, mode M)`, without the password.
+fn describe(pg: &PgConfig) -> String {
+    let c = &pg.url.connect;
+    let hosts: Vec<String> = c
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let host = match h {
+                tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+            };
+            let port = c.get_ports().get(i).or(c.get_ports().first()).copied();
+            format!("{host}:{}", port.unwrap_or(5432))
+        })
+        .collect();
+    format!(
+        "PostgreSQL {}@{}/{} (table {}, {} mode)",
+        c.get_user().unwrap_or(""),
+        hosts.join(","),
+        c.get_dbname().or(c.get_user()).unwrap_or(""),
+        pg.table.name,
+        pg.mode.as_str()
+    )
+}
+
+/// The wake-up channel: a hash, since channel names are identifiers of at
+/// most 63 bytes and keys may be longer.
+fn channel(table: &str, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{table}\n{key}").as_bytes());
+    let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+    format!("leaderd_{hex}")
+}
+
+/// Opens a connection (TLS as configured), bounded by the timeout per host.
+pub(super) async fn connect(pg: &PgConfig, shown: &str) -> Result<(Client, Conn), Error> {
+    let (connector, sslmode) = tls::connector(&pg.tls).map_err(|detail| Error::Tls {
+        backend: shown.to_string(),
+        detail,
+        hint: "check sslrootcert, sslcert and sslkey in the PostgreSQL URL".into(),
+    })?;
+    let mut config = pg.url.connect.clone();
+    config
+        .ssl_mode(sslmode)
+        .connect_timeout(pg.timeout)
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(5));
+    if config.get_application_name().is_none() {
+        config.application_name("leaderd");
+    }
+    let hosts = config.get_hosts().len().max(1) as u32;
+    match tokio::time::timeout(pg.timeout * (hosts + 1), config.connect(connector)).await {
+        Ok(Ok(pair)) => Ok(pair),
+        Ok(Err(e)) => Err(classify(&e, shown, pg)),
+        Err(_) => Err(Error::Timeout {
+            backend: shown.to_string(),
+            timeout: pg.timeout,
+        }),
+    }
+}
+
+/// Checks the session's server is a primary; returns its backend pid.
+pub(super) async fn primary(client: &Client, pg: &PgConfig, shown: &str) -> Result<i32, Error> {
+    let row = tokio::time::timeout(pg.timeout, client.query_typed_one(sql::SERVER, &[]))
+        .await
+        .map_err(|_| Error::Timeout {
+            backend: shown.to_string(),
+            timeout: pg.timeout,
+        })?
+        .map_err(|e| classify(&e, shown, pg))?;
+    let standby: bool = row.get(0);
+    if standby {
+        return Err(Error::WrongKind {
+            backend: shown.to_string(),
+            detail: "the server is a standby (pg_is_in_recovery() is true); leaderd writes its lease only on the primary: point the URL at the primary, or list every host with ?target_session_attrs=read-write".into(),
+        });
+    }
+    Ok(row.get(2))
+}
+
+/// Sorts a tokio-postgres error into what a person must fix and what a
+/// retry may fix. Never shows the password (the server's messages do not
+/// carry it, and the URL is shown redacted).
+pub(super) fn classify(e: &tokio_postgres::Error, shown: &str, pg: &PgConfig) -> Error {
+    use tokio_postgres::error::SqlState;
+    let backend = shown.to_string();
+    if let Some(db) = e.as_db_error() {
+        let message = db.message().to_string();
+        let code = db.code();
+        let table = &pg.table.name;
+        let user = pg.url.connect.get_user().unwrap_or("leaderd's user");
+        return if *code == SqlState::INVALID_PASSWORD
+            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+        {
+            Error::Misconfigured {
+                backend,
+                detail: message,
+                hint: "check the user and password in the PostgreSQL URL (and the server's pg_hba.conf)",
+            }
+        } else if *code == SqlState::UNDEFINED_TABLE {
+            Error::NotSetUp {
+                backend,
+                detail: format!(
+                    "the lease table {table} does not exist ({message}); create it once: {}; or start leaderd with --postgres-create-table",
+                    sql::create_table(&pg.table)
+                ),
+            }
+        } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
+            Error::NotSetUp {
+                backend,
+                detail: format!(
+                    "{message}; leaderd needs: GRANT SELECT, INSERT, UPDATE ON {} TO {user}",
+                    pg.table.quoted
+                ),
+            }
+        } else if *code == SqlState::INVALID_CATALOG_NAME {
+            Error::NotSetUp {
+                backend,
+                detail: format!("{message}; create the database or fix its name in the URL"),
+            }
+        } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+            Error::WrongKind {
+                backend,
+                detail: format!(
+                    "{message}: the server is a standby or read-only; point the URL at the primary, or list every host with ?target_session_attrs=read-write"
+                ),
+            }
+        } else {
+            Error::Connection {
+                backend,
+                detail: message,
+            }
+        };
+    }
+    let mut detail = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        detail = format!("{detail}: {inner}");
+        source = inner.source();
+    }
+    if let Some(hint) = tls::hint(&detail) {
+        return Error::Tls {
+            backend,
+            detail,
+            hint: hint.to_string(),
+        };
+    }
+    Error::Connection { backend, detail }
+}
+
+impl LeaseBackend for PgLease {
+    fn describe(&self) -> String {
+        self.shown.clone()
+    }
+
+    fn acquire(&mut self) -> BoxFuture<'_, Result<Acquire, Error>> {
+        Box::pin(self.acquire_op())
+    }
+
+    fn renew(&mut self) -> BoxFuture<'_, Result<Renew, Error>> {
+        Box::pin(self.renew_op())
+    }
+
+    fn release(&mut self) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(self.release_op())
+    }
+
+    fn peek(&mut self) -> BoxFuture<'_, Result<Peek, Error>> {
+        Box::pin(self.peek_op())
+    }
+
+    fn watch_releases(
+        &self,
+        retry: Duration,
+        notices: mpsc::UnboundedSender<()>,
+        stop: CancellationToken,
+    ) -> Option<JoinHandle<()>> {
+        Some(wake::watch(
+            wake::Listener {
+                pg: self.pg.clone(),
+                shown: self.shown.clone(),
+                channel: self.channel.clone(),
+                own_id: self.id.clone(),
+            },
+            retry,
+            notices,
+            stop,
+        ))
+    }
+
+    fn vet(&mut self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.vet_op())
+    }
+
+    fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>> {
+        Box::pin(self.report())
+    }
+}

@@ -1,0 +1,130 @@
+//! Release wake-ups: a session of its own `LISTEN`s on the key's channel;
+//! the release statement's `pg_notify` reaches every listener when it
+//! commits. Only an optimisation, as with Redis: a lost wake-up costs
+//! latency, never correctness. Through a transaction pooler `LISTEN` cannot
+//! work (the session that listens is not the one the notifications reach),
+//! so when [`advisory::pooled`](super::advisory::pooled) finds one, waiters
+//! rely on their timers, and it is said once.
+
+use super::{Conn, advisory, connect};
+use crate::config::PgConfig;
+use futures_util::future::poll_fn;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_postgres::AsyncMessage;
+use tokio_util::sync::CancellationToken;
+
+pub(super) struct Listener {
+    pub pg: PgConfig,
+    pub shown: String,
+    pub channel: String,
+    /// Our own releases' notifications carry our id: not a reason to try.
+    pub own_id: String,
+}
+
+/// Listens until `stop`, sending `()` for every release by another
+/// candidate, and once after each reconnection (a release may have
+/// happened while the session was down).
+pub(super) fn watch(
+    listener: Listener,
+    retry: Duration,
+    notices: mpsc::UnboundedSender<()>,
+    stop: CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut reconnecting = false;
+        let mut warned = false;
+        loop {
+            let outcome = tokio::select! {
+                _ = stop.cancelled() => return,
+                outcome = listen(&listener, &notices, reconnecting) => outcome,
+            };
+            match outcome {
+                Ok(Ended::NobodyListens) => return,
+                Ok(Ended::Pooled) => {
+                    tracing::warn!(server = %listener.shown, "a transaction pooler is in the path to PostgreSQL: LISTEN/NOTIFY cannot work through it, so waiting candidates take over when the lease expires rather than at once on release (connect to the server directly, or through a session pooler, for instant handovers)");
+                    return;
+                }
+                Ok(Ended::Lost) => reconnecting = true,
+                Err(e) if !warned => {
+                    warned = true;
+                    reconnecting = true;
+                    tracing::warn!(error = %e, "cannot wait for release wake-ups; waiters fall back to their timers until this works");
+                }
+                Err(e) => tracing::debug!(error = %e, "release wake-ups lost; reconnecting"),
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(retry) => {}
+            }
+        }
+    })
+}
+
+enum Ended {
+    NobodyListens,
+    Pooled,
+    Lost,
+}
+
+async fn listen(
+    listener: &Listener,
+    notices: &mpsc::UnboundedSender<()>,
+    reconnecting: bool,
+) -> Result<Ended, crate::lease::Error> {
+    if advisory::pooled(&listener.pg, &listener.shown).await? {
+        return Ok(Ended::Pooled);
+    }
+    let (client, conn) = connect(&listener.pg, &listener.shown).await?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let driver = tokio::spawn(drive(conn, tx));
+    let listened = tokio::time::timeout(
+        listener.pg.timeout,
+        client.batch_execute(&format!("LISTEN \"{}\"", listener.channel)),
+    )
+    .await;
+    match listened {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            driver.abort();
+            return Err(super::classify(&e, &listener.shown, &listener.pg));
+        }
+        Err(_) => {
+            driver.abort();
+            return Err(crate::lease::Error::Timeout {
+                backend: listener.shown.clone(),
+                timeout: listener.pg.timeout,
+            });
+        }
+    }
+    if reconnecting && notices.send(()).is_err() {
+        driver.abort();
+        return Ok(Ended::NobodyListens);
+    }
+    while let Some(releaser) = rx.recv().await {
+        if releaser != listener.own_id && notices.send(()).is_err() {
+            driver.abort();
+            return Ok(Ended::NobodyListens);
+        }
+    }
+    // The connection ended (the driver dropped its sender).
+    drop(client);
+    Ok(Ended::Lost)
+}
+
+/// Drives the connection, passing on each notification's payload (the
+/// releaser's id) until the connection ends.
+async fn drive(mut conn: Conn, tx: mpsc::UnboundedSender<String>) {
+    loop {
+        match poll_fn(|cx| conn.poll_message(cx)).await {
+            Some(Ok(AsyncMessage::Notification(n))) => {
+                if tx.send(n.payload().to_string()).is_err() {
+                    return;
+                }
+            }
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => return,
+        }
+    }
+}
