@@ -14,14 +14,14 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use support::backends::{
-    ClusterScene, LockFileScene, RedisScene, RedlockScene, Scene, SentinelScene,
+    ClusterScene, LockFileScene, PgScene, RedisScene, RedlockScene, Scene, SentinelScene,
 };
 use support::{Leaderd, eventually, probe_child, probe_events, run_to_end};
 
 type StartScene = fn() -> Box<dyn Scene>;
 
 /// Every backend's scene, by the name `lease::BACKENDS` registers.
-const SCENES: [(&str, StartScene); 7] = [
+const SCENES: [(&str, StartScene); 9] = [
     ("lock-file", LockFileScene::start),
     ("redis", RedisScene::start),
     ("redis", RedisScene::start_tls),
@@ -29,6 +29,8 @@ const SCENES: [(&str, StartScene); 7] = [
     ("redis", ClusterScene::start),
     ("redlock", RedlockScene::start3),
     ("redlock", RedlockScene::start5),
+    ("postgres-table", PgScene::table),
+    ("postgres-advisory", PgScene::advisory),
 ];
 
 const PATIENCE: Duration = Duration::from_secs(10);

@@ -3,12 +3,17 @@
 # benchmarks run for real, from Debian's packages, when it is missing:
 #   redis-server  (redis-server) the servers the fixtures start
 #   promtool      (prometheus)   lints the /metrics scrapes
+#   initdb, postgres, psql (postgresql)  the PostgreSQL servers the fixtures
+#                 start (Debian keeps them in /usr/lib/postgresql/VERSION/bin)
 # The packages' own services are never used: the tests start their own
 # servers on free loopback ports.
 ensure_tools_missing=()
 for tool in redis-server:redis-server promtool:prometheus; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || ensure_tools_missing+=("${tool##*:}")
 done
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  ensure_tools_missing+=(postgresql)
+fi
 if [ ${#ensure_tools_missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing Debian packages: ${ensure_tools_missing[*]}"

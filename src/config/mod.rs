@@ -19,7 +19,7 @@ mod values;
 
 pub use backend::{BackendConfig, RedisTls};
 pub use file::ConfigFile;
-pub use postgres::{PgConfig, PgMode, PgTable, PgTls, PgUrl, SslMode};
+pub use postgres::{PgConfig, PgMode, PgTable, PgTls, PgUrl, SslMode, parse_table};
 pub use resolve::show as show_duration;
 pub use values::{
     ClusterUrl, LogFormat, OnChildExit, RedisUrl, Secret, SentinelUrl, Signal, WaitReplicas,

@@ -319,3 +319,76 @@ impl Scene for RedlockScene {
         }
     }
 }
+
+/// PostgreSQL, reached through a loopback proxy that can partition it.
+pub struct PgScene {
+    pg: super::postgres::Postgres,
+    proxy: super::proxy::Proxy,
+    query: &'static str,
+    name: &'static str,
+}
+
+impl PgScene {
+    pub fn table() -> Box<dyn Scene> {
+        PgScene::start("postgres-table", "")
+    }
+
+    pub fn advisory() -> Box<dyn Scene> {
+        PgScene::start("postgres-advisory", "mode=advisory")
+    }
+
+    fn start(name: &'static str, query: &'static str) -> Box<dyn Scene> {
+        let pg = super::postgres::Postgres::start();
+        let proxy = super::proxy::Proxy::start(pg.port);
+        Box::new(PgScene {
+            pg,
+            proxy,
+            query,
+            name,
+        })
+    }
+}
+
+impl Scene for PgScene {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn args(&self, key: &str) -> Vec<String> {
+        let url = self.pg.url(self.query).replace(
+            &format!(":{}/", self.pg.port),
+            &format!(":{}/", self.proxy.port),
+        );
+        [
+            "--postgres",
+            &url,
+            "--key",
+            key,
+            "--postgres-timeout",
+            "200ms",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+    fn remaining(&self, key: &str) -> Option<Duration> {
+        let ms = self.pg.sql(&format!(
+            "SELECT coalesce(greatest(0, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint), 0) FROM leaderd_lease WHERE key = '{key}'"
+        ));
+        Some(Duration::from_millis(ms.parse().unwrap_or(0)))
+    }
+    /// A table restored empty (the fence counter with it).
+    fn lose_data(&mut self, _key: &str) {
+        self.pg.sql("TRUNCATE leaderd_lease");
+    }
+    fn steal(&self, key: &str) {
+        self.pg.sql(&format!(
+            "UPDATE leaderd_lease SET holder = 'thief', owner = 'not-yours', fence = 1, expires_at = clock_timestamp() + interval '60 seconds' WHERE key = '{key}'"
+        ));
+    }
+    fn cut(&mut self) -> bool {
+        self.proxy.freeze();
+        true
+    }
+    fn heal(&mut self) {
+        self.proxy.thaw();
+    }
+}

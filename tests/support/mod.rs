@@ -8,6 +8,7 @@
 pub mod backends;
 pub mod cluster;
 pub mod os;
+pub mod postgres;
 pub mod proxy;
 pub mod redlock;
 pub mod sentinel;

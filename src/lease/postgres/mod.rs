@@ -324,6 +324,11 @@ impl PgLease {
     }
 }
 
+/// The statement that creates the lease table `name` (`check` prints it).
+pub fn create_table_statement(name: &str) -> Result<String, String> {
+    crate::config::parse_table(name).map(|t| sql::create_table(&t))
+}
+
 /// `PostgreSQL user@host:port/db (table T, mode M)`, without the password.
 fn describe(pg: &PgConfig) -> String {
     let c = &pg.url.connect;

@@ -24,8 +24,8 @@ pub(super) struct Listener {
 }
 
 /// Listens until `stop`, sending `()` for every release by another
-/// candidate, and once after each reconnection (a release may have
-/// happened while the session was down).
+/// candidate, and once each time the session starts listening (a release
+/// may have happened before).
 pub(super) fn watch(
     listener: Listener,
     retry: Duration,
@@ -33,12 +33,11 @@ pub(super) fn watch(
     stop: CancellationToken,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut reconnecting = false;
         let mut warned = false;
         loop {
             let outcome = tokio::select! {
                 _ = stop.cancelled() => return,
-                outcome = listen(&listener, &notices, reconnecting) => outcome,
+                outcome = listen(&listener, &notices) => outcome,
             };
             match outcome {
                 Ok(Ended::NobodyListens) => return,
@@ -46,10 +45,9 @@ pub(super) fn watch(
                     tracing::warn!(server = %listener.shown, "a transaction pooler is in the path to PostgreSQL: LISTEN/NOTIFY cannot work through it, so waiting candidates take over when the lease expires rather than at once on release (connect to the server directly, or through a session pooler, for instant handovers)");
                     return;
                 }
-                Ok(Ended::Lost) => reconnecting = true,
+                Ok(Ended::Lost) => {}
                 Err(e) if !warned => {
                     warned = true;
-                    reconnecting = true;
                     tracing::warn!(error = %e, "cannot wait for release wake-ups; waiters fall back to their timers until this works");
                 }
                 Err(e) => tracing::debug!(error = %e, "release wake-ups lost; reconnecting"),
@@ -71,7 +69,6 @@ enum Ended {
 async fn listen(
     listener: &Listener,
     notices: &mpsc::UnboundedSender<()>,
-    reconnecting: bool,
 ) -> Result<Ended, crate::lease::Error> {
     if advisory::pooled(&listener.pg, &listener.shown).await? {
         return Ok(Ended::Pooled);
@@ -98,7 +95,10 @@ async fn listen(
             });
         }
     }
-    if reconnecting && notices.send(()).is_err() {
+    // Listening now: a release since the candidate last looked (while this
+    // session was down, or before it was first up: connecting takes a while
+    // with SCRAM and TLS) would otherwise go unnoticed until expiry.
+    if notices.send(()).is_err() {
         driver.abort();
         return Ok(Ended::NobodyListens);
     }
