@@ -39,8 +39,9 @@ const LEFT_MS: &str =
 
 /// `$1` key, `$2` holder id, `$3` ownership token, `$4` ttl in ms, `$5` the
 /// highest fencing token this candidate has seen. The row is taken when it
-/// is free, expired or already ours (a retry after an ambiguous timeout:
-/// the same term, the same token). A new term's token is
+/// is free, expired or already ours (a retry after an ambiguous timeout,
+/// or a candidate that stepped down and could not release). Every
+/// acquisition is a new term, with a new token:
 /// `greatest(fence + 1, seen + 1, the server's clock in ms)`: the clock and
 /// the candidate's floor keep tokens growing if the table is restored from
 /// an old backup. Returns `won` (the fencing token, NULL if refused), then
@@ -52,8 +53,7 @@ pub fn acquire(table: &PgTable) -> String {
   VALUES ($1, $2, {owner}, greatest($5::bigint + 1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint),
           clock_timestamp() + $4::bigint * interval '1 millisecond')
   ON CONFLICT (key) DO UPDATE SET
-    fence = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp() THEN l.fence
-                 ELSE greatest(l.fence + 1, excluded.fence) END,
+    fence = greatest(l.fence + 1, excluded.fence),
     holder = excluded.holder, owner = excluded.owner, expires_at = excluded.expires_at
   WHERE l.owner = excluded.owner OR l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
   RETURNING l.fence)
