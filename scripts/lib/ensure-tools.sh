@@ -5,6 +5,8 @@
 #   promtool      (prometheus)   lints the /metrics scrapes
 #   initdb, postgres, psql (postgresql)  the PostgreSQL servers the fixtures
 #                 start (Debian keeps them in /usr/lib/postgresql/VERSION/bin)
+#   pgbouncer     (pgbouncer)    the transaction pooler the PostgreSQL tests
+#                 put in the path
 # The packages' own services are never used: the tests start their own
 # servers on free loopback ports.
 ensure_tools_missing=()
@@ -13,6 +15,9 @@ for tool in redis-server:redis-server promtool:prometheus; do
 done
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   ensure_tools_missing+=(postgresql)
+fi
+if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+  ensure_tools_missing+=(pgbouncer)
 fi
 if [ ${#ensure_tools_missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -113,6 +113,42 @@ impl Postgres {
         pg
     }
 
+    /// A hot standby of `primary` (`pg_basebackup -R`), streaming from it.
+    pub fn standby_of(primary: &Postgres) -> Postgres {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("leaderd-test-pg-{port}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("postgres dir");
+        if let Some((uid, gid)) = server_user() {
+            std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).expect("chown");
+        }
+        let out = as_server_user(&mut Command::new(bin("pg_basebackup")))
+            .args(["-D", super::path_str(&dir.join("data")), "-R"])
+            .args(["-h", super::path_str(&primary.dir)])
+            .args(["-p", &primary.port.to_string(), "-U", "postgres"])
+            .current_dir(&dir)
+            .output()
+            .expect("pg_basebackup runs");
+        assert!(
+            out.status.success(),
+            "pg_basebackup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut pg = Postgres {
+            port,
+            dir,
+            child: None,
+            settings: vec!["hot_standby=on".into()],
+        };
+        pg.launch();
+        pg
+    }
+
+    /// The directory of the server's Unix socket.
+    pub fn socket_dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     fn launch(&mut self) {
         let mut cmd = Command::new(bin("postgres"));
         as_server_user(&mut cmd)
@@ -199,6 +235,77 @@ impl Postgres {
 impl Drop for Postgres {
     fn drop(&mut self) {
         self.stop_immediate();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// PgBouncer in front of `pg`, on a free loopback port, in `pool_mode`
+/// (`transaction` or `session`); clients are trusted, the server is
+/// reached over its Unix socket.
+pub struct PgBouncer {
+    pub port: u16,
+    dir: PathBuf,
+    child: Child,
+}
+
+impl PgBouncer {
+    pub fn start(pg: &Postgres, pool_mode: &str) -> PgBouncer {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("leaderd-test-pgbouncer-{port}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("pgbouncer dir");
+        std::fs::write(dir.join("users.txt"), "\"postgres\" \"\"\n").expect("auth file");
+        let ini = format!(
+            "[databases]\npostgres = host={socket} port={pg_port} user=postgres dbname=postgres\n\
+             [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
+             auth_type = trust\nauth_file = {dir}/users.txt\npool_mode = {pool_mode}\n\
+             default_pool_size = 4\nmax_client_conn = 200\n\
+             ignore_startup_parameters = extra_float_digits,options\nlogfile = {dir}/log\n",
+            socket = super::path_str(pg.socket_dir()),
+            pg_port = pg.port,
+            dir = super::path_str(&dir),
+        );
+        std::fs::write(dir.join("pgbouncer.ini"), ini).expect("pgbouncer.ini");
+        if let Some((uid, gid)) = server_user() {
+            for f in ["", "users.txt", "pgbouncer.ini"] {
+                std::os::unix::fs::chown(dir.join(f), Some(uid), Some(gid)).expect("chown");
+            }
+        }
+        let program = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .unwrap_or_else(|| PathBuf::from("pgbouncer"));
+        let child = as_server_user(&mut Command::new(program))
+            .arg(dir.join("pgbouncer.ini"))
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pgbouncer is installed (scripts/test installs it)");
+        eventually(Duration::from_secs(10), "pgbouncer to listen", || {
+            std::net::TcpStream::connect(("127.0.0.1", port))
+                .ok()
+                .map(drop)
+        });
+        PgBouncer { port, dir, child }
+    }
+
+    /// The URL through the pooler (the password is not checked by it).
+    pub fn url(&self, query: &str) -> String {
+        let q = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
+        format!("postgres://postgres@127.0.0.1:{}/postgres{q}", self.port)
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
