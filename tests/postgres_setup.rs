@@ -176,3 +176,40 @@ fn advisory_mode_is_refused_behind_a_transaction_pooler() {
     let (code, said) = check(&["--postgres", &session.url("mode=advisory")]);
     assert_eq!(code, 0, "{said}");
 }
+
+/// A server that speaks TLS with a certificate for `localhost` only, signed
+/// by the fixture's CA; leaderd connects to 127.0.0.1.
+#[test]
+fn tls_modes_mean_what_libpq_says() {
+    let pki = support::tls::Pki::new(&format!("pg-tls-{}", support::os::below(1 << 30)));
+    let (cert, key) = pki.leaf("server", &["localhost"], false);
+    let pg = Postgres::start_tls(&cert, &key);
+    let ca = pki.ca();
+    let ca = support::path_str(&ca);
+    let url = |q: &str| pg.url(q);
+
+    let (code, said) = check(&[
+        "--postgres",
+        &url(&format!("sslmode=verify-ca&sslrootcert={ca}")),
+    ]);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("sslmode=verify-ca"), "{said}");
+    assert!(said.contains("TLS (TLSv1."), "{said}");
+
+    // verify-full checks the name: 127.0.0.1 is not in the certificate.
+    let (code, said) = check(&[
+        "--postgres",
+        &url(&format!("sslmode=verify-full&sslrootcert={ca}")),
+    ]);
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains("does not name the host"), "{said}");
+
+    // Without the CA, verifying fails; require encrypts without verifying.
+    let (code, said) = check(&["--postgres", &url("sslmode=verify-full")]);
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains("sslrootcert"), "{said}");
+    let (code, said) = check(&["--postgres", &url("sslmode=require")]);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("TLS (TLSv1."), "{said}");
+    assert!(!said.contains(PASSWORD), "{said}");
+}

@@ -19,6 +19,8 @@ pub struct Postgres {
     child: Option<Child>,
     /// Extra `-c name=value` settings, kept for restarts.
     settings: Vec<String>,
+    /// Where a TLS server's certificate and key were copied.
+    tls_dir: Option<PathBuf>,
 }
 
 /// A server program: on `PATH`, else the newest under /usr/lib/postgresql.
@@ -107,9 +109,35 @@ impl Postgres {
             dir,
             child: None,
             settings: settings.iter().map(|s| s.to_string()).collect(),
+            tls_dir: None,
         };
         pg.launch();
         pg.sql(&leaderd::lease::postgres::create_table_statement("leaderd_lease").expect("valid"));
+        pg
+    }
+
+    /// Speaking TLS too (`ssl=on`) with this certificate and key (copied
+    /// where the server may read them, the key private to it).
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Postgres {
+        let dir =
+            std::env::temp_dir().join(format!("leaderd-test-pg-tls-{}", super::os::below(1 << 30)));
+        std::fs::create_dir_all(&dir).expect("tls dir");
+        let (cert_at, key_at) = (dir.join("server.crt"), dir.join("server.key"));
+        std::fs::copy(cert, &cert_at).expect("copy the certificate");
+        std::fs::copy(key, &key_at).expect("copy the key");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key_at, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        if let Some((uid, gid)) = server_user() {
+            for f in [&cert_at, &key_at] {
+                std::os::unix::fs::chown(f, Some(uid), Some(gid)).expect("chown");
+            }
+        }
+        let mut pg = Postgres::start_with(&[
+            "ssl=on",
+            &format!("ssl_cert_file={}", super::path_str(&cert_at)),
+            &format!("ssl_key_file={}", super::path_str(&key_at)),
+        ]);
+        pg.tls_dir = Some(dir);
         pg
     }
 
@@ -139,6 +167,7 @@ impl Postgres {
             dir,
             child: None,
             settings: vec!["hot_standby=on".into()],
+            tls_dir: None,
         };
         pg.launch();
         pg
@@ -236,6 +265,9 @@ impl Drop for Postgres {
     fn drop(&mut self) {
         self.stop_immediate();
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(dir) = &self.tls_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
