@@ -117,6 +117,8 @@ struct Bench {
     next_id: usize,
     /// Extra flags for every candidate (the CA for the TLS run).
     extra: Vec<String>,
+    /// PostgreSQL instead of Redis: the server and the URL's query.
+    pg: Option<(support::postgres::Postgres, &'static str)>,
 }
 
 impl Bench {
@@ -127,7 +129,11 @@ impl Bench {
             .chain(&self.more)
             .map(Redis::url)
             .collect();
-        let mut args: Vec<&str> = urls.iter().flat_map(|u| ["--redis", u.as_str()]).collect();
+        let pg_url = self.pg.as_ref().map(|(pg, query)| pg.url(query));
+        let mut args: Vec<&str> = match &pg_url {
+            Some(url) => vec!["--postgres", url, "--postgres-timeout", "200ms"],
+            None => urls.iter().flat_map(|u| ["--redis", u.as_str()]).collect(),
+        };
         args.extend(["--key", key, "--ttl", ttl, "--log-level", "warn"]);
         args.extend(self.extra.iter().map(String::as_str));
         let file;
@@ -139,6 +145,12 @@ impl Bench {
     }
 
     fn holder(&self, key: &str) -> Option<String> {
+        if let Some((pg, _)) = &self.pg {
+            let holder = pg.sql(&format!(
+                "SELECT holder FROM leaderd_lease WHERE key = '{key}' AND expires_at > clock_timestamp()"
+            ));
+            return (!holder.is_empty()).then_some(holder);
+        }
         let value = self.redis.get(&format!("leaderd:{{{key}}}:lease"))?;
         let json: serde_json::Value = serde_json::from_str(&value).ok()?;
         json["id"].as_str().map(str::to_string)
@@ -198,7 +210,15 @@ impl Bench {
             });
             std::thread::sleep(Duration::from_millis(200));
             let asked = mono_ns();
-            let pttl = self.redis.pttl(&format!("leaderd:{{{key}}}:lease")).max(0) as u64;
+            let pttl = match &self.pg {
+                Some((pg, _)) => pg
+                    .sql(&format!(
+                        "SELECT greatest(0, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint) FROM leaderd_lease WHERE key = '{key}'"
+                    ))
+                    .parse()
+                    .unwrap_or(0),
+                None => self.redis.pttl(&format!("leaderd:{{{key}}}:lease")).max(0) as u64,
+            };
             nodes[leader].signal("KILL");
             let expiry = asked + pttl * 1_000_000;
             let started = eventually(Duration::from_secs(30), "the next child", || {
@@ -219,17 +239,28 @@ impl Bench {
         std::thread::sleep(Duration::from_secs(2)); // past start-up
         let cpu_before: Vec<u64> = nodes.iter().map(|n| cpu_ticks(n.pid())).collect();
         let servers: Vec<&Redis> = std::iter::once(&self.redis).chain(&self.more).collect();
-        for server in &servers {
-            server.cmd(&["CONFIG", "RESETSTAT"]);
-        }
-        std::thread::sleep(window); // the measurement window itself
-        // Per server: every Redlock master gets the same traffic.
-        let per_server: Vec<(f64, f64)> = servers.iter().map(|r| command_calls(r)).collect();
-        let n = per_server.len() as f64;
-        let calls = (
-            per_server.iter().map(|c| c.0).sum::<f64>() / n,
-            per_server.iter().map(|c| c.1).sum::<f64>() / n,
-        );
+        let calls = if let Some((pg, _)) = &self.pg {
+            // Statements leaderd's sessions ran (not psql's own).
+            pg.sql("SELECT pg_stat_statements_reset()");
+            std::thread::sleep(window); // the measurement window itself
+            let n: f64 = pg
+                .sql("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'")
+                .parse()
+                .unwrap_or(f64::NAN);
+            (n, n)
+        } else {
+            for server in &servers {
+                server.cmd(&["CONFIG", "RESETSTAT"]);
+            }
+            std::thread::sleep(window); // the measurement window itself
+            // Per server: every Redlock master gets the same traffic.
+            let per_server: Vec<(f64, f64)> = servers.iter().map(|r| command_calls(r)).collect();
+            let n = per_server.len() as f64;
+            (
+                per_server.iter().map(|c| c.0).sum::<f64>() / n,
+                per_server.iter().map(|c| c.1).sum::<f64>() / n,
+            )
+        };
         // SAFETY: plain libc call without pointers.
         let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
         let cpu: Vec<f64> = nodes
@@ -431,6 +462,7 @@ fn main() {
         dir: dir.clone(),
         next_id: 0,
         extra: Vec::new(),
+        pg: None,
     };
     let (startup, stop) = child_alone(&exe, &dir, 20);
     println!(
@@ -472,6 +504,7 @@ fn main() {
             dir: tls_dir,
             next_id: 1000,
             extra: vec!["--redis-tls-ca".into(), ca],
+            pg: None,
         };
         let (s, overlap) = tls.handovers(3, 15);
         overlaps = overlaps.max(overlap);
@@ -497,6 +530,7 @@ fn main() {
             dir: redlock_dir,
             next_id: 2000 + n * 100,
             extra: Vec::new(),
+            pg: None,
         };
         let (s, overlap) = redlock.handovers(3, 15);
         overlaps = overlaps.max(overlap);
@@ -510,6 +544,39 @@ fn main() {
             &crash,
         );
         redlocks.push((n, redlock));
+    }
+    // PostgreSQL, in table and in advisory mode, on its own server.
+    let mut pgs = Vec::new();
+    for (mode, query) in [("table", ""), ("advisory", "mode=advisory")] {
+        let pg_dir = dir.join(format!("pg-{mode}"));
+        std::fs::create_dir_all(&pg_dir).expect("bench dir");
+        let pg = support::postgres::Postgres::start_with(&[
+            "shared_preload_libraries=pg_stat_statements",
+        ]);
+        pg.sql("CREATE EXTENSION pg_stat_statements");
+        let mut on_pg = Bench {
+            redis: Redis::start(),
+            more: Vec::new(),
+            exe: exe.clone(),
+            dir: pg_dir,
+            next_id: 3000 + pgs.len() * 100,
+            extra: Vec::new(),
+            pg: Some((pg, query)),
+        };
+        let (s, overlap) = on_pg.handovers(3, 15);
+        overlaps = overlaps.max(overlap);
+        row(
+            &format!(
+                "PostgreSQL {mode} mode: graceful handover, K = 3 (SIGTERM → next child running)"
+            ),
+            &s,
+        );
+        let crash = on_pg.crash_takeovers(5);
+        row(
+            &format!("PostgreSQL {mode} mode: crash takeover after lease expiry, K = 3, ttl 3s"),
+            &crash,
+        );
+        pgs.push((mode, on_pg));
     }
     let first = startup_to_first_acquire(&mut bench, 10);
     row("start-up to first acquire (spawn → child running)", &first);
@@ -537,6 +604,12 @@ fn main() {
         idle_row(
             &format!("Redlock, N = {n}, K = 3 (per master)"),
             redlock.idle(3, Duration::from_secs(20)),
+        );
+    }
+    for (mode, mut on_pg) in pgs {
+        idle_row(
+            &format!("PostgreSQL {mode} mode, K = 3 (statements/s, all candidates)"),
+            on_pg.idle(3, Duration::from_secs(20)),
         );
     }
     println!("(CPU is read from /proc in clock ticks of 10 ms: over 20 s, one tick is 0.05 %.)");
