@@ -14,14 +14,14 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use support::backends::{
-    ClusterScene, LockFileScene, PgScene, RedisScene, RedlockScene, Scene, SentinelScene,
+    ClusterScene, EtcdScene, LockFileScene, PgScene, RedisScene, RedlockScene, Scene, SentinelScene,
 };
 use support::{Leaderd, eventually, probe_child, probe_events, run_to_end};
 
 type StartScene = fn() -> Box<dyn Scene>;
 
 /// Every backend's scene, by the name `lease::BACKENDS` registers.
-const SCENES: [(&str, StartScene); 9] = [
+const SCENES: [(&str, StartScene); 11] = [
     ("lock-file", LockFileScene::start),
     ("redis", RedisScene::start),
     ("redis", RedisScene::start_tls),
@@ -31,6 +31,8 @@ const SCENES: [(&str, StartScene); 9] = [
     ("redlock", RedlockScene::start5),
     ("postgres-table", PgScene::table),
     ("postgres-advisory", PgScene::advisory),
+    ("etcd", EtcdScene::one),
+    ("etcd", EtcdScene::three),
 ];
 
 const PATIENCE: Duration = Duration::from_secs(10);

@@ -7,10 +7,12 @@
 #                 start (Debian keeps them in /usr/lib/postgresql/VERSION/bin)
 #   pgbouncer     (pgbouncer)    the transaction pooler the PostgreSQL tests
 #                 put in the path
+#   etcd, etcdctl (etcd-server, etcd-client)  the etcd members the fixtures
+#                 start, and the fixtures' own requests
 # The packages' own services are never used: the tests start their own
 # servers on free loopback ports.
 ensure_tools_missing=()
-for tool in redis-server:redis-server promtool:prometheus; do
+for tool in redis-server:redis-server promtool:prometheus etcd:etcd-server etcdctl:etcd-client; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || ensure_tools_missing+=("${tool##*:}")
 done
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then

@@ -34,6 +34,8 @@ pub enum BackendConfig {
     },
     /// A lease row (or a row and an advisory lock) in PostgreSQL.
     Postgres(Box<super::postgres::PgConfig>),
+    /// A leader key bound to an etcd lease.
+    Etcd(Box<super::etcd::EtcdConfig>),
     /// `implicit` when no backend was configured and the embedded default is used.
     LockFile { path: PathBuf, implicit: bool },
 }
@@ -138,6 +140,7 @@ pub(super) fn backend(
 ) -> Result<Value<BackendConfig>, ConfigError> {
     let urls = redis_urls(r, s, warnings)?;
     let postgres = super::postgres::postgres_url(r, s, warnings)?;
+    let etcd = super::etcd::endpoints(r)?;
     let lock_file = r.scalar(&options::LOCK_FILE, |p| {
         if p.trim().is_empty() {
             Err("is empty; give a file path".to_string())
@@ -150,6 +153,7 @@ pub(super) fn backend(
         postgres
             .as_ref()
             .map(|u| format!("PostgreSQL ({})", u.origin)),
+        etcd.as_ref().map(|u| format!("etcd ({})", u.origin)),
         lock_file
             .as_ref()
             .map(|f| format!("a lock file ({})", f.origin)),
@@ -162,6 +166,11 @@ pub(super) fn backend(
             "more than one backend is configured: {}; choose one",
             given.join(" and ")
         )));
+    }
+    if let Some(urls) = etcd {
+        let origin = urls.origin.clone();
+        let value = super::etcd::resolve(r, s, urls, renew_interval, warnings, note)?;
+        return Ok(Value { value, origin });
     }
     if let Some(url) = postgres {
         let origin = url.origin.clone();

@@ -8,6 +8,7 @@
 //! variable, or the file, line and key.
 
 mod backend;
+mod etcd;
 mod file;
 pub mod options;
 mod postgres;
@@ -18,6 +19,7 @@ mod tests;
 mod values;
 
 pub use backend::{BackendConfig, RedisTls};
+pub use etcd::EtcdConfig;
 pub use file::ConfigFile;
 pub use postgres::{PgConfig, PgMode, PgTable, PgTls, PgUrl, SslMode, parse_table};
 pub use resolve::show as show_duration;

@@ -226,6 +226,74 @@ pub const POSTGRES_CREATE_TABLE: Spec = spec(
 .help("Create the lease table at start-up when it is missing (needs CREATE on the schema); without it, a missing table is an error that prints the statement")
 .switch()
 .default("false");
+pub const ETCD: Spec = spec("etcd", "--etcd", "LEADERD_ETCD_ENDPOINTS", "etcd.endpoints")
+    .value("URL")
+    .under(BACKEND)
+    .help("etcd endpoint, http[s]://[user[:pass]@]host:2379; repeat for every member")
+    .list();
+pub const ETCD_PASSWORD_FILE: Spec = spec(
+    "etcd_password_file",
+    "--etcd-password-file",
+    "LEADERD_ETCD_PASSWORD_FILE",
+    "etcd.password_file",
+)
+.value("FILE")
+.under(BACKEND)
+.help("A file holding the etcd user's password (the user: in the URL)");
+pub const ETCD_PASSWORD: Spec = spec("etcd_password", "", "LEADERD_ETCD_PASSWORD", "")
+    .no_flag()
+    .no_key()
+    .value("PASSWORD")
+    .under(BACKEND)
+    .help("The etcd user's password itself (instead of the file)");
+pub const ETCD_TLS_CA: Spec = spec(
+    "etcd_tls_ca",
+    "--etcd-tls-ca",
+    "LEADERD_ETCD_TLS_CA",
+    "etcd.tls_ca_file",
+)
+.value("FILE")
+.under(BACKEND)
+.help("For https:// endpoints: trust only this PEM CA bundle (etcdctl's --cacert)")
+.default("the system's roots");
+pub const ETCD_TLS_CERT: Spec = spec(
+    "etcd_tls_cert",
+    "--etcd-tls-cert",
+    "LEADERD_ETCD_TLS_CERT",
+    "etcd.tls_cert_file",
+)
+.value("FILE")
+.under(BACKEND)
+.help("For https:// with client certificates: the certificate (PEM), with --etcd-tls-key (etcdctl's --cert)");
+pub const ETCD_TLS_KEY: Spec = spec(
+    "etcd_tls_key",
+    "--etcd-tls-key",
+    "LEADERD_ETCD_TLS_KEY",
+    "etcd.tls_key_file",
+)
+.value("FILE")
+.under(BACKEND)
+.help("For https:// with client certificates: the private key (PEM) (etcdctl's --key)");
+pub const ETCD_PREFIX: Spec = spec(
+    "etcd_prefix",
+    "--etcd-prefix",
+    "LEADERD_ETCD_PREFIX",
+    "etcd.prefix",
+)
+.value("PREFIX")
+.under(BACKEND)
+.help("Where leaderd's keys live: PREFIX + KEY + /leader")
+.default("leaderd/");
+pub const ETCD_TIMEOUT: Spec = spec(
+    "etcd_timeout",
+    "--etcd-timeout",
+    "LEADERD_ETCD_TIMEOUT",
+    "etcd.timeout",
+)
+.value("DUR")
+.under(BACKEND)
+.help("Timeout of every etcd request (connecting included)")
+.default("500ms");
 pub const LOCK_FILE: Spec = spec("lock_file", "--lock-file", "LEADERD_LOCK_FILE", "lock_file")
     .value("PATH")
     .under(BACKEND)
@@ -448,7 +516,7 @@ pub const LOG_LEVEL: Spec = spec("log_level", "--log-level", "RUST_LOG", "log.le
     .default("info");
 
 /// Every option, in the order of `--help`, `check` and the docs.
-pub const ALL: [&Spec; 38] = [
+pub const ALL: [&Spec; 46] = [
     &CONFIG,
     &KEY,
     &ID,
@@ -462,6 +530,14 @@ pub const ALL: [&Spec; 38] = [
     &POSTGRES_TIMEOUT,
     &POSTGRES_MODE,
     &POSTGRES_CREATE_TABLE,
+    &ETCD,
+    &ETCD_PASSWORD_FILE,
+    &ETCD_PASSWORD,
+    &ETCD_TLS_CA,
+    &ETCD_TLS_CERT,
+    &ETCD_TLS_KEY,
+    &ETCD_PREFIX,
+    &ETCD_TIMEOUT,
     &LOCK_FILE,
     &REDIS_TLS_CA,
     &REDIS_TLS_CERT,

@@ -265,9 +265,9 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
             let urls = match &backend.value {
                 BackendConfig::Redis { url, .. } => std::slice::from_ref(url),
                 BackendConfig::Redlock { urls, .. } => urls.as_slice(),
-                BackendConfig::LockFile { .. } | BackendConfig::Postgres(_) => {
-                    unreachable!("matched above")
-                }
+                BackendConfig::LockFile { .. }
+                | BackendConfig::Postgres(_)
+                | BackendConfig::Etcd(_) => unreachable!("matched above"),
             };
             let shown: Vec<String> = urls.iter().map(|u| format!("{:?}", u.redacted())).collect();
             note(
@@ -281,7 +281,7 @@ pub fn build(r: Resolver<'_>, s: &Sources<'_>) -> Result<Config, ConfigError> {
                 &redis_timeout.origin,
             );
         }
-        BackendConfig::Postgres(_) => {}
+        BackendConfig::Postgres(_) | BackendConfig::Etcd(_) => {}
         BackendConfig::LockFile { path, .. } => {
             note(
                 "lock_file",

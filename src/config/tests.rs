@@ -368,6 +368,11 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
         // PostgreSQL is another backend: one at a time.
         .replace("url = \"postgres://leaderd@127.0.0.1:5432/app\"", "")
         .replace("url_file = \"/run/secrets/leaderd-postgres-url\"", "")
+        .replace("endpoints = [\"http://10.0.1.5:2379\", \"http://10.0.2.5:2379\", \"http://10.0.3.5:2379\"]", "")
+        .replace("password_file = \"/run/secrets/leaderd-etcd-password\"", "")
+        .replace("tls_ca_file = \"/etc/leaderd/etcd-ca.pem\"", "")
+        .replace("tls_cert_file = \"/etc/leaderd/etcd-client.pem\"", "")
+        .replace("tls_key_file = \"/etc/leaderd/etcd-client.key\"", "")
         .replace(
             "sentinel_password_file = \"/run/secrets/leaderd-sentinel-password\"",
             "",

@@ -4,8 +4,9 @@
 //!
 //! Each backend is one module: [`file`](mod@file) (the embedded lock file),
 //! [`redis`] (one Redis server, or its Sentinel or Cluster deployment),
-//! [`redis::redlock`] (a majority of several independent Redis masters) and
-//! [`postgres`] (a lease table, optionally with a session advisory lock). A backend owns its connections, its
+//! [`redis::redlock`] (a majority of several independent Redis masters),
+//! [`postgres`] (a lease table, optionally with a session advisory lock) and
+//! [`etcd`] (a key bound to an etcd lease, its revision the fencing token). A backend owns its connections, its
 //! wake-ups, its errors and their hints, and its part of `leaderd check`.
 //! [`open`] is the one place that chooses a backend from the configuration;
 //! the runner, `app` and the HTTP layer only see the trait.
@@ -24,6 +25,7 @@
 //! Its tests: a `Scene` in `tests/support/backends.rs` and a line in the
 //! contract suite's `SCENES`.
 
+pub mod etcd;
 pub mod file;
 pub mod postgres;
 pub mod redis;
@@ -38,12 +40,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Every backend [`open`] can build, by the name the contract suite uses.
-pub const BACKENDS: [&str; 5] = [
+pub const BACKENDS: [&str; 6] = [
     "lock-file",
     "redis",
     "redlock",
     "postgres-table",
     "postgres-advisory",
+    "etcd",
 ];
 
 /// Who holds a lease, as far as the backend could tell. `id` is `None` when
@@ -273,6 +276,7 @@ pub fn open(config: &Config) -> Result<Box<dyn LeaseBackend>, Error> {
         BackendConfig::Redis { .. } => Box::new(redis::RedisLease::open(config)?),
         BackendConfig::Redlock { .. } => Box::new(redis::redlock::Redlock::open(config)?),
         BackendConfig::Postgres(_) => Box::new(postgres::PgLease::open(config)?),
+        BackendConfig::Etcd(_) => Box::new(etcd::EtcdLease::open(config)?),
         BackendConfig::LockFile { .. } => Box::new(file::FileLease::open(config)),
     })
 }

@@ -200,6 +200,18 @@ impl Machine {
                 Some(self.renew_due(&lease)),
                 now,
             ),
+            // A release announced while we lead: the key we hold changed
+            // (revoked, deleted, taken) or it is a catch-up wake-up; either
+            // way, check now rather than at the next renewal, so a lease
+            // taken away stops the work at once.
+            (S::Working { lease }, E::ReleaseNotified) => to(
+                S::Renewing {
+                    lease,
+                    renewal: Renewal::IN_FLIGHT,
+                },
+                &[Action::Renew],
+                Reason::ReleaseNotified,
+            ),
             (S::Renewing { lease, renewal }, E::Tick) => {
                 let next_try = if renewal.in_flight {
                     None

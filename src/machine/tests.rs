@@ -804,3 +804,32 @@ fn a_step_down_stops_the_work_releases_and_holds_off() {
         assert_eq!((tr.next, tr.actions.len()), (state, 0), "{state:?}");
     }
 }
+
+#[test]
+fn a_release_announced_while_working_renews_at_once() {
+    let m = machine();
+    let t0 = Instant::now();
+    let lease = Lease {
+        fencing_token: 7,
+        sent_at: t0,
+    };
+    let working = State::Working { lease };
+    let checked = m.step(&working, Event::ReleaseNotified, t0);
+    assert_eq!(checked.actions, vec![Action::Renew]);
+    assert_eq!(
+        checked.next,
+        State::Renewing {
+            lease,
+            renewal: Renewal::IN_FLIGHT
+        }
+    );
+    // Lost at that renewal: the work stops now.
+    let lost = m.step(&checked.next, Event::Lost, t0);
+    assert!(
+        lost.actions
+            .iter()
+            .any(|a| matches!(a, Action::StopWork { .. })),
+        "{:?}",
+        lost.actions
+    );
+}

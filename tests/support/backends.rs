@@ -392,3 +392,55 @@ impl Scene for PgScene {
         self.proxy.thaw();
     }
 }
+
+/// etcd: one member, or a cluster of three.
+pub struct EtcdScene {
+    etcd: super::etcd::Etcd,
+}
+
+impl EtcdScene {
+    pub fn one() -> Box<dyn Scene> {
+        Box::new(EtcdScene {
+            etcd: super::etcd::Etcd::start(1),
+        })
+    }
+
+    pub fn three() -> Box<dyn Scene> {
+        Box::new(EtcdScene {
+            etcd: super::etcd::Etcd::start(3),
+        })
+    }
+}
+
+impl Scene for EtcdScene {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+    fn args(&self, key: &str) -> Vec<String> {
+        let mut args = self.etcd.args();
+        args.extend(["--key", key, "--etcd-timeout", "300ms"].map(String::from));
+        args
+    }
+    fn remaining(&self, key: &str) -> Option<Duration> {
+        Some(super::etcd::remaining(&self.etcd, key))
+    }
+    /// etcd cannot forget what it committed; the nearest is the key gone.
+    fn lose_data(&mut self, key: &str) {
+        self.etcd.ctl_ok(&["del", &format!("leaderd/{key}/leader")]);
+    }
+    fn steal(&self, key: &str) {
+        self.etcd
+            .ctl_ok(&["put", &format!("leaderd/{key}/leader"), r#"{"id":"thief"}"#]);
+    }
+    fn cut(&mut self) -> bool {
+        for m in &self.etcd.members {
+            m.pause();
+        }
+        true
+    }
+    fn heal(&mut self) {
+        for m in &self.etcd.members {
+            m.resume();
+        }
+    }
+}

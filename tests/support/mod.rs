@@ -7,6 +7,7 @@
 
 pub mod backends;
 pub mod cluster;
+pub mod etcd;
 pub mod os;
 pub mod postgres;
 pub mod proxy;

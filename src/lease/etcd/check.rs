@@ -1,0 +1,96 @@
+//! `leaderd check` for etcd: every endpoint's status, the members and their
+//! quorum, the sign-in, and a real acquire, renew and release on a scratch
+//! key.
+
+use super::EtcdLease;
+use super::client::{Client, int, uint};
+use crate::lease::{Acquire, Error, Renew};
+use serde_json::json;
+use tokio::time::Instant;
+
+impl EtcdLease {
+    pub(super) async fn report(&mut self) -> Result<Vec<String>, Error> {
+        let mut lines = Vec::new();
+        let endpoints = self.client.config.endpoints.clone();
+        let mut reached = 0;
+        let mut leaders = Vec::new();
+        for endpoint in &endpoints {
+            let shown = endpoint.as_str().trim_end_matches('/').to_string();
+            let deadline = Instant::now() + self.client.config.timeout;
+            let status = self
+                .client
+                .post(endpoint, "maintenance/status", &json!({}), deadline)
+                .await;
+            match status {
+                Ok(s) => {
+                    reached += 1;
+                    let leader = uint(&s, "leader");
+                    leaders.push(leader);
+                    lines.push(format!(
+                        "{shown}: etcd {}, member {:x}, {}",
+                        s["version"].as_str().unwrap_or("?"),
+                        uint(&s["header"], "member_id"),
+                        if leader == 0 {
+                            "no leader".to_string()
+                        } else {
+                            format!("leader {leader:x}, raft term {}", int(&s, "raftTerm"))
+                        }
+                    ));
+                }
+                Err(e) => lines.push(format!("{shown}: unreachable ({})", e.into_error())),
+            }
+        }
+        if reached == 0 {
+            return Err(Error::Connection {
+                backend: self.client.shown.clone(),
+                detail: "no endpoint answered".into(),
+            });
+        }
+        if leaders.iter().all(|l| *l == 0) {
+            return Err(Error::Connection {
+                backend: self.client.shown.clone(),
+                detail: "the cluster has no leader (no quorum of members)".into(),
+            });
+        }
+        let members = self.client.call("cluster/member/list", &json!({})).await?;
+        let n = members["members"].as_array().map_or(0, Vec::len);
+        lines.push(format!(
+            "{n} member(s), quorum {}: leaderd keeps leading while {} of them can fail",
+            n / 2 + 1,
+            n.saturating_sub(n / 2 + 1)
+        ));
+        if let Some(user) = &self.client.config.user {
+            lines.push(format!("signed in as {user}"));
+        }
+        lines.push(self.scratch().await?);
+        Ok(lines)
+    }
+
+    /// Acquire, renew and release on `KEY.check/leader`, as the configured user.
+    async fn scratch(&mut self) -> Result<String, Error> {
+        let mut scratch = EtcdLease {
+            client: Client::new(&self.client.config)?,
+            key: self.key.replace("/leader", ".check/leader"),
+            id: self.id.clone(),
+            timing: self.timing,
+            lease: None,
+            fencing: 0,
+        };
+        let key = scratch.key.clone();
+        let token = match scratch.acquire_op().await? {
+            Acquire::Won { fencing_token, .. } => fencing_token,
+            Acquire::Held { holder, .. } => {
+                return Ok(format!(
+                    "the scratch key {key} is held by {} (another check running?); acquire not exercised",
+                    holder.id.as_deref().unwrap_or("another program")
+                ));
+            }
+        };
+        let renewed = matches!(scratch.renew_op().await?, Renew::Renewed { .. });
+        scratch.release_op().await?;
+        Ok(format!(
+            "acquire, renew{} and release work on the scratch key {key} (fencing token {token}, its create revision)",
+            if renewed { "" } else { " (lost!)" }
+        ))
+    }
+}

@@ -1,0 +1,113 @@
+//! Release wake-ups: a watch on the leader key (`POST /v3/watch`, a
+//! response that streams one JSON message per line); a `DELETE` event (a
+//! release, or the holder's lease expiring or revoked) starts an attempt.
+//! Only an optimisation: a lost wake-up costs latency, never correctness.
+//! Each time the watch starts a wake-up is sent anyway, since the key may
+//! have gone while it was not watching.
+
+use super::client::{Client, b64};
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub(super) fn watch(
+    mut client: Client,
+    key: String,
+    retry: Duration,
+    notices: mpsc::UnboundedSender<()>,
+    stop: CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut warned = false;
+        loop {
+            let outcome = tokio::select! {
+                _ = stop.cancelled() => return,
+                outcome = follow(&mut client, &key, &notices) => outcome,
+            };
+            match outcome {
+                Ok(false) => return, // nobody listens any more
+                Ok(true) => {}
+                Err(e) if !warned => {
+                    warned = true;
+                    tracing::warn!(error = %e, "cannot watch etcd for releases; waiters fall back to their timers until this works");
+                }
+                Err(e) => tracing::debug!(error = %e, "etcd watch lost; watching again"),
+            }
+            client.next_endpoint();
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(retry) => {}
+            }
+        }
+    })
+}
+
+/// Watches until the stream ends (`Ok(true)`: watch again) or nobody
+/// listens (`Ok(false)`).
+async fn follow(
+    client: &mut Client,
+    key: &str,
+    notices: &mpsc::UnboundedSender<()>,
+) -> Result<bool, String> {
+    let endpoint = client.current_endpoint();
+    let auth = client
+        .auth_header(&endpoint)
+        .await
+        .map_err(|e| e.to_string())?;
+    let url = endpoint.join("v3/watch").expect("a valid path");
+    let body = json!({ "create_request": { "key": b64(key.as_bytes()) } });
+    let mut request = client
+        .http()
+        .post(url)
+        .header("Content-Type", "application/json")
+        .body(body.to_string());
+    if let Some(token) = auth {
+        request = request.header("Authorization", token);
+    }
+    let timeout = client.config.timeout;
+    let mut response = tokio::time::timeout(timeout, request.send())
+        .await
+        .map_err(|_| "no answer to the watch request".to_string())?
+        .map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("the watch was refused: HTTP {}", response.status()));
+    }
+    let mut pending = Vec::new();
+    let mut created = false;
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => return Ok(true),
+            Err(e) => return Err(e.to_string()),
+        };
+        pending.extend_from_slice(&chunk);
+        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let Ok(message) = serde_json::from_slice::<Value>(&line) else {
+                continue;
+            };
+            if let Some(error) = message.get("error") {
+                return Err(format!("the watch failed: {error}"));
+            }
+            let result = &message["result"];
+            if result["created"].as_bool() == Some(true) && !created {
+                created = true;
+                // Watching now: catch up on a release it may have missed.
+                if notices.send(()).is_err() {
+                    return Ok(false);
+                }
+            }
+            if result["canceled"].as_bool() == Some(true) {
+                return Ok(true);
+            }
+            let deleted = result["events"]
+                .as_array()
+                .is_some_and(|events| events.iter().any(|e| e["type"] == "DELETE"));
+            if deleted && notices.send(()).is_err() {
+                return Ok(false);
+            }
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Real etcd members on free loopback ports: one, or a cluster of three,
+//! each with its own data directory; killed, paused, restarted for real.
+//! The fixture's own requests go through `etcdctl`.
+
+use super::{eventually, free_port};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct Member {
+    pub name: String,
+    pub client_port: u16,
+    peer_port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+    initial_cluster: String,
+}
+
+pub struct Etcd {
+    pub members: Vec<Member>,
+}
+
+impl Etcd {
+    /// `n` members forming one cluster.
+    pub fn start(n: usize) -> Etcd {
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let tag = super::os::below(1 << 30);
+        let initial_cluster = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut members: Vec<Member> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (client, peer))| Member {
+                name: format!("m{i}"),
+                client_port: *client,
+                peer_port: *peer,
+                dir: std::env::temp_dir().join(format!("leaderd-test-etcd-{tag}-m{i}")),
+                child: None,
+                initial_cluster: initial_cluster.clone(),
+            })
+            .collect();
+        for m in &mut members {
+            let _ = std::fs::remove_dir_all(&m.dir);
+            m.launch();
+        }
+        let etcd = Etcd { members };
+        etcd.wait_healthy();
+        etcd
+    }
+
+    /// Every member's client URL, comma-separated (etcdctl's form).
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(Member::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `--etcd URL` for every member.
+    pub fn args(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .flat_map(|m| ["--etcd".to_string(), m.url()])
+            .collect()
+    }
+
+    /// `etcdctl` against the running members; stdout, or `None` on failure.
+    pub fn ctl(&self, args: &[&str]) -> Option<String> {
+        let endpoints: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| m.child.is_some())
+            .map(Member::url)
+            .collect();
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &endpoints.join(","), "--command-timeout=3s"])
+            .args(args)
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    fn wait_healthy(&self) {
+        eventually(Duration::from_secs(30), "etcd to have a leader", || {
+            self.leader().map(drop)
+        });
+    }
+
+    /// The index of the member that is the raft leader now.
+    pub fn leader(&self) -> Option<usize> {
+        let json = self.ctl(&["endpoint", "status", "-w", "json"])?;
+        let statuses: serde_json::Value = serde_json::from_str(&json).ok()?;
+        let status = statuses.as_array()?.first()?;
+        let leader = status["Status"]["leader"].as_u64()?;
+        let all: Vec<serde_json::Value> = statuses.as_array()?.clone();
+        all.iter()
+            .find(|s| s["Status"]["header"]["member_id"].as_u64() == Some(leader))
+            .and_then(|s| s["Endpoint"].as_str().map(str::to_string))
+            .and_then(|url| self.members.iter().position(|m| m.url() == url))
+    }
+
+    /// Runs `etcdctl` until it works (the cluster may be electing).
+    pub fn ctl_ok(&self, args: &[&str]) -> String {
+        eventually(Duration::from_secs(20), "etcdctl to succeed", || {
+            self.ctl(args)
+        })
+    }
+}
+
+impl Member {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    fn launch(&mut self) {
+        let state = if self.dir.exists() { "existing" } else { "new" };
+        let child = Command::new("etcd")
+            .args(["--name", &self.name])
+            .args(["--data-dir", super::path_str(&self.dir)])
+            .args(["--listen-client-urls", &self.url()])
+            .args(["--advertise-client-urls", &self.url()])
+            .args([
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{}", self.peer_port),
+            ])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{}", self.peer_port),
+            ])
+            .args(["--initial-cluster", &self.initial_cluster])
+            .args(["--initial-cluster-state", state])
+            .args(["--initial-cluster-token", "leaderd-test"])
+            // Fast elections on loopback.
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args(["--logger", "zap", "--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd is installed (scripts/test installs etcd-server)");
+        self.child = Some(child);
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn pause(&self) {
+        super::os::kill(self.pid(), libc::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        super::os::kill(self.pid(), libc::SIGCONT);
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            super::os::kill(child.id(), libc::SIGCONT);
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// How long the leader key of election `key` still has (its lease's TTL).
+pub fn remaining(etcd: &Etcd, key: &str) -> Duration {
+    let got = etcd.ctl_ok(&["get", &format!("leaderd/{key}/leader"), "-w", "json"]);
+    let json: serde_json::Value = serde_json::from_str(&got).unwrap_or_default();
+    let Some(lease) = json["kvs"][0]["lease"].as_i64() else {
+        return Duration::ZERO;
+    };
+    let ttl = etcd.ctl_ok(&["lease", "timetolive", &format!("{lease:x}"), "-w", "json"]);
+    let ttl: serde_json::Value = serde_json::from_str(&ttl).unwrap_or_default();
+    Duration::from_secs(ttl["ttl"].as_i64().unwrap_or(0).max(0) as u64)
+}
+
+/// The lease the leader key of election `key` is bound to, in hex.
+pub fn lease_of(etcd: &Etcd, key: &str) -> Option<String> {
+    let got = etcd.ctl(&["get", &format!("leaderd/{key}/leader"), "-w", "json"])?;
+    let json: serde_json::Value = serde_json::from_str(&got).ok()?;
+    json["kvs"][0]["lease"].as_i64().map(|l| format!("{l:x}"))
+}
