@@ -119,6 +119,8 @@ struct Bench {
     extra: Vec<String>,
     /// PostgreSQL instead of Redis: the server and the URL's query.
     pg: Option<(support::postgres::Postgres, &'static str)>,
+    /// etcd instead of Redis.
+    etcd: Option<support::etcd::Etcd>,
 }
 
 impl Bench {
@@ -130,9 +132,11 @@ impl Bench {
             .map(Redis::url)
             .collect();
         let pg_url = self.pg.as_ref().map(|(pg, query)| pg.url(query));
-        let mut args: Vec<&str> = match &pg_url {
-            Some(url) => vec!["--postgres", url, "--postgres-timeout", "200ms"],
-            None => urls.iter().flat_map(|u| ["--redis", u.as_str()]).collect(),
+        let etcd_args = self.etcd.as_ref().map(support::etcd::Etcd::args);
+        let mut args: Vec<&str> = match (&pg_url, &etcd_args) {
+            (Some(url), _) => vec!["--postgres", url, "--postgres-timeout", "200ms"],
+            (None, Some(etcd)) => etcd.iter().map(String::as_str).collect(),
+            (None, None) => urls.iter().flat_map(|u| ["--redis", u.as_str()]).collect(),
         };
         args.extend(["--key", key, "--ttl", ttl, "--log-level", "warn"]);
         args.extend(self.extra.iter().map(String::as_str));
@@ -145,6 +149,15 @@ impl Bench {
     }
 
     fn holder(&self, key: &str) -> Option<String> {
+        if let Some(etcd) = &self.etcd {
+            let value = etcd.ctl(&[
+                "get",
+                &format!("leaderd/{key}/leader"),
+                "--print-value-only",
+            ])?;
+            let json: serde_json::Value = serde_json::from_str(&value).ok()?;
+            return json["id"].as_str().map(str::to_string);
+        }
         if let Some((pg, _)) = &self.pg {
             let holder = pg.sql(&format!(
                 "SELECT holder FROM leaderd_lease WHERE key = '{key}' AND expires_at > clock_timestamp()"
@@ -209,14 +222,22 @@ impl Bench {
                 nodes.iter().position(|n| n.id == id)
             });
             std::thread::sleep(Duration::from_millis(200));
-            let asked = mono_ns();
+            let mut asked = mono_ns();
             let pttl = match &self.pg {
-                Some((pg, _)) => pg
-                    .sql(&format!(
-                        "SELECT greatest(0, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint) FROM leaderd_lease WHERE key = '{key}'"
-                    ))
-                    .parse()
-                    .unwrap_or(0),
+                Some((pg, _)) => {
+                    let left = pg
+                        .sql(&format!(
+                            "SELECT greatest(0, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint) FROM leaderd_lease WHERE key = '{key}'"
+                        ))
+                        .parse()
+                        .unwrap_or(0);
+                    // psql's own start-up comes before its query: the
+                    // reading is nearer the moment it exits.
+                    asked = mono_ns();
+                    left
+                }
+                // etcd's TTLs are whole seconds: counted from the kill.
+                None if self.etcd.is_some() => 0,
                 None => self.redis.pttl(&format!("leaderd:{{{key}}}:lease")).max(0) as u64,
             };
             nodes[leader].signal("KILL");
@@ -239,7 +260,12 @@ impl Bench {
         std::thread::sleep(Duration::from_secs(2)); // past start-up
         let cpu_before: Vec<u64> = nodes.iter().map(|n| cpu_ticks(n.pid())).collect();
         let servers: Vec<&Redis> = std::iter::once(&self.redis).chain(&self.more).collect();
-        let calls = if let Some((pg, _)) = &self.pg {
+        let calls = if let Some(etcd) = &self.etcd {
+            let before = etcd_requests(etcd);
+            std::thread::sleep(window); // the measurement window itself
+            let n = etcd_requests(etcd) - before;
+            (n, n)
+        } else if let Some((pg, _)) = &self.pg {
             // Statements leaderd's sessions ran (not psql's own).
             pg.sql("SELECT pg_stat_statements_reset()");
             std::thread::sleep(window); // the measurement window itself
@@ -346,6 +372,111 @@ fn command_calls(redis: &Redis) -> (f64, f64) {
         calls(&|name| !inside_scripts.contains(&name)),
         calls(&|_| true),
     )
+}
+
+/// Requests etcd's members started (gRPC, which the JSON gateway calls),
+/// summed over the members.
+fn etcd_requests(etcd: &support::etcd::Etcd) -> f64 {
+    etcd.members
+        .iter()
+        .filter_map(|m| support::http_get(m.client_port, "/metrics"))
+        .map(|(_, body)| {
+            body.as_str()
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.starts_with("grpc_server_started_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>()
+        })
+        .sum()
+}
+
+/// `etcdctl lock --ttl 3 KEY -- PROBE` three times over: SIGTERM to the
+/// holder → the next child runs, and the same after SIGKILL.
+fn etcdctl_lock(
+    etcd: &support::etcd::Etcd,
+    exe: &str,
+    dir: &Path,
+) -> (Result<Stats, String>, Result<Stats, String>) {
+    let run = |signal: i32, rounds: usize| -> Result<Stats, String> {
+        let file = dir.join(format!("etcdctl-{signal}.probe"));
+        let spawn = || {
+            Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &etcd.endpoints(), "lock", "--ttl", "3"])
+                .args([
+                    &format!("etcdctl-{signal}"),
+                    exe,
+                    PROBE,
+                    file.to_str().unwrap(),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("etcdctl")
+        };
+        let mut lockers: Vec<std::process::Child> = (0..3).map(|_| spawn()).collect();
+        let mut times = Vec::new();
+        for _ in 0..rounds {
+            // The holder is the etcdctl whose child (the probe) runs.
+            let holder = eventually(Duration::from_secs(30), "an etcdctl holder", || {
+                let running: Vec<(String, u32, u64)> = records(&file);
+                let stopped: Vec<u32> = running
+                    .iter()
+                    .filter(|r| r.0 == "stop")
+                    .map(|r| r.1)
+                    .collect();
+                let child = running
+                    .iter()
+                    .find(|r| r.0 == "start" && !stopped.contains(&r.1))?
+                    .1;
+                let parent = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
+                let ppid: u32 = parent[parent.rfind(')')? + 2..]
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()?;
+                lockers
+                    .iter()
+                    .position(|l| l.id() == ppid)
+                    .map(|i| (i, child))
+            });
+            let (holder, child) = holder;
+            std::thread::sleep(Duration::from_millis(200));
+            let t0 = mono_ns();
+            // SAFETY: plain syscall to a process we started.
+            unsafe { libc::kill(lockers[holder].id() as i32, signal) };
+            let next = (0..3000).find_map(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                starts_after(&file, t0)
+            });
+            let Some(next) = next else {
+                for l in &mut lockers {
+                    let _ = l.kill();
+                    let _ = l.wait();
+                }
+                return Err("no next child within 30 s".into());
+            };
+            times.push(ms(next - t0));
+            // SIGKILLed, etcdctl leaves its child running (an orphan beside
+            // the next holder's): stop it, so the next round finds the
+            // right holder.
+            // SAFETY: plain syscall.
+            unsafe { libc::kill(child as i32, libc::SIGTERM) };
+            let _ = lockers[holder].wait();
+            lockers[holder] = spawn();
+        }
+        for l in &mut lockers {
+            let _ = l.kill();
+            let _ = l.wait();
+        }
+        let overlap = max_overlap(&file);
+        if overlap > 1 {
+            eprintln!("etcdctl lock ({signal}): {overlap} children alive at once");
+        }
+        Ok(stats(times))
+    };
+    (run(libc::SIGTERM, 5), run(libc::SIGKILL, 5))
 }
 
 /// The probe alone, `runs` times: (spawn → running, SIGTERM → reaped).
@@ -463,6 +594,7 @@ fn main() {
         next_id: 0,
         extra: Vec::new(),
         pg: None,
+        etcd: None,
     };
     let (startup, stop) = child_alone(&exe, &dir, 20);
     println!(
@@ -505,6 +637,7 @@ fn main() {
             next_id: 1000,
             extra: vec!["--redis-tls-ca".into(), ca],
             pg: None,
+            etcd: None,
         };
         let (s, overlap) = tls.handovers(3, 15);
         overlaps = overlaps.max(overlap);
@@ -531,6 +664,7 @@ fn main() {
             next_id: 2000 + n * 100,
             extra: Vec::new(),
             pg: None,
+            etcd: None,
         };
         let (s, overlap) = redlock.handovers(3, 15);
         overlaps = overlaps.max(overlap);
@@ -562,6 +696,7 @@ fn main() {
             next_id: 3000 + pgs.len() * 100,
             extra: Vec::new(),
             pg: Some((pg, query)),
+            etcd: None,
         };
         let (s, overlap) = on_pg.handovers(3, 15);
         overlaps = overlaps.max(overlap);
@@ -578,6 +713,44 @@ fn main() {
         );
         pgs.push((mode, on_pg));
     }
+    // etcd, three members; and etcdctl lock on the same cluster.
+    let etcd_dir = dir.join("etcd");
+    std::fs::create_dir_all(&etcd_dir).expect("bench dir");
+    let mut on_etcd = Bench {
+        redis: Redis::start(),
+        more: Vec::new(),
+        exe: exe.clone(),
+        dir: etcd_dir,
+        next_id: 4000,
+        extra: Vec::new(),
+        pg: None,
+        etcd: Some(support::etcd::Etcd::start(3)),
+    };
+    let (s, overlap) = on_etcd.handovers(3, 15);
+    overlaps = overlaps.max(overlap);
+    row(
+        "etcd, 3 members: graceful handover, K = 3 (SIGTERM → next child running)",
+        &s,
+    );
+    let crash = on_etcd.crash_takeovers(5);
+    row(
+        "etcd, 3 members: crash takeover, K = 3, ttl 3s (SIGKILL → next child running, the lease's remaining TTL included)",
+        &crash,
+    );
+    let etcd = on_etcd.etcd.as_ref().expect("etcd");
+    let (graceful, crashed) = etcdctl_lock(etcd, &exe, &on_etcd.dir);
+    let show = |name: &str, result: Result<Stats, String>| match result {
+        Ok(s) => row(name, &s),
+        Err(why) => println!("| {name} | {why} | | |"),
+    };
+    show(
+        "etcdctl lock --ttl 3, K = 3: SIGTERM → next child running",
+        graceful,
+    );
+    show(
+        "etcdctl lock --ttl 3, K = 3: SIGKILL → next child running",
+        crashed,
+    );
     let first = startup_to_first_acquire(&mut bench, 10);
     row("start-up to first acquire (spawn → child running)", &first);
     println!();
@@ -612,6 +785,10 @@ fn main() {
             on_pg.idle(3, Duration::from_secs(20)),
         );
     }
+    idle_row(
+        "etcd, 3 members, K = 3 (requests/s, all candidates)",
+        on_etcd.idle(3, Duration::from_secs(20)),
+    );
     println!("(CPU is read from /proc in clock ticks of 10 ms: over 20 s, one tick is 0.05 %.)");
     println!();
     let size = std::fs::metadata(support::BIN).map_or(0, |m| m.len());

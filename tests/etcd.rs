@@ -1,0 +1,227 @@
+//! etcd against real members on loopback: the etcd leader killed and
+//! paused longer than the TTL while leaderd leads, the lease revoked from
+//! outside, fencing tokens (create revisions) over handovers and a member
+//! restart, and authentication mistakes.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+use support::etcd::{Etcd, lease_of};
+use support::{Leaderd, eventually, probe_child, probe_events, run_to_end};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn candidate(etcd: &Etcd, key: &str, id: &str, ttl: &str, log: &std::path::Path) -> Leaderd {
+    let mut args = etcd.args();
+    args.extend(
+        [
+            "--key",
+            key,
+            "--ttl",
+            ttl,
+            "--retry-interval",
+            "300ms",
+            "--etcd-timeout",
+            "300ms",
+            "--",
+            &probe_child(),
+            support::path_str(log),
+        ]
+        .map(String::from),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Leaderd::run(id, &args)
+}
+
+fn the_leader(nodes: &[Leaderd]) -> (usize, u64) {
+    eventually(PATIENCE, "exactly one leader", || {
+        let leading: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].is_leader()).collect();
+        let [one] = leading[..] else { return None };
+        let (_, body) = nodes[one].leader()?;
+        Some((one, body["fencing_token"].as_u64()?))
+    })
+}
+
+/// The most children alive at once, over every candidate's probe log.
+fn most_alive(logs: &[PathBuf]) -> usize {
+    let mut events: Vec<(u128, i32)> = logs
+        .iter()
+        .flat_map(|l| probe_events(l))
+        .map(|e| (e.ns, if e.kind == "start" { 1 } else { -1 }))
+        .collect();
+    events.sort();
+    let (mut alive, mut most) = (0i32, 0i32);
+    for (_, change) in events {
+        alive += change;
+        most = most.max(alive);
+    }
+    most as usize
+}
+
+struct Rig {
+    etcd: Etcd,
+    key: String,
+    _dir: support::Scratch,
+    logs: Vec<PathBuf>,
+    nodes: Vec<Leaderd>,
+}
+
+fn rig(members: usize, name: &str, ttl: &str) -> Rig {
+    let etcd = Etcd::start(members);
+    let key = support::key(name);
+    let dir = support::Scratch::new(&format!("{name}-{}", support::os::below(1 << 30)));
+    let logs: Vec<PathBuf> = ["a", "b"].iter().map(|id| dir.join(id)).collect();
+    let nodes = ["a", "b"]
+        .iter()
+        .zip(&logs)
+        .map(|(id, log)| candidate(&etcd, &key, id, ttl, log))
+        .collect();
+    Rig {
+        etcd,
+        key,
+        _dir: dir,
+        logs,
+        nodes,
+    }
+}
+
+#[test]
+fn killing_the_etcd_leader_never_makes_two_leaders() {
+    let mut r = rig(3, "etcd-kill", "2s");
+    let (_, before) = the_leader(&r.nodes);
+    let etcd_leader = r.etcd.leader().expect("an etcd leader");
+    r.etcd.members[etcd_leader].kill();
+    // A window of more than a TTL, in which renewals go to the others.
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, after) = the_leader(&r.nodes);
+    assert!(after >= before, "{after} ≥ {before}");
+    r.etcd.members[etcd_leader].restart();
+    assert!(most_alive(&r.logs) <= 1, "two children ran at once");
+}
+
+#[test]
+fn pausing_the_etcd_leader_longer_than_the_ttl_never_makes_two_leaders() {
+    let r = rig(3, "etcd-pause", "2s");
+    the_leader(&r.nodes);
+    let etcd_leader = r.etcd.leader().expect("an etcd leader");
+    r.etcd.members[etcd_leader].pause();
+    std::thread::sleep(Duration::from_secs(3)); // longer than the TTL
+    r.etcd.members[etcd_leader].resume();
+    the_leader(&r.nodes);
+    assert!(most_alive(&r.logs) <= 1, "two children ran at once");
+}
+
+#[test]
+fn a_lease_revoked_from_outside_stops_the_child_at_once() {
+    // ttl 10 s: the next regular renewal is 3.3 s away.
+    let r = rig(1, "etcd-revoke", "10s");
+    let (leader, _) = the_leader(&r.nodes);
+    let child = eventually(PATIENCE, "the leader's child", || {
+        probe_events(&r.logs[leader])
+            .into_iter()
+            .find(|e| e.kind == "start")
+    });
+    let lease = lease_of(&r.etcd, &r.key).expect("the leader key has a lease");
+    let revoked = support::os::mono_ns();
+    r.etcd.ctl_ok(&["lease", "revoke", &lease]);
+    let stopped = eventually(PATIENCE, "the child to stop", || {
+        probe_events(&r.logs[leader])
+            .into_iter()
+            .find(|e| e.kind == "stop" && e.pid == child.pid)
+    });
+    let took = Duration::from_nanos((stopped.ns - revoked) as u64);
+    assert!(
+        took < Duration::from_secs(2),
+        "stopped {took:?} after the revoke, not at once"
+    );
+    let other = 1 - leader;
+    r.nodes[other].wait_leading(PATIENCE);
+}
+
+#[test]
+fn fencing_tokens_grow_across_handovers_and_a_member_restart() {
+    let mut r = rig(3, "etcd-tokens", "2s");
+    let mut last = 0;
+    for round in 0..4 {
+        let (leader, token) = the_leader(&r.nodes);
+        assert!(token > last, "round {round}: {token} > {last}");
+        last = token;
+        if round == 1 {
+            let member = (r.etcd.leader().unwrap_or(0) + 1) % 3;
+            r.etcd.members[member].restart();
+        }
+        r.nodes[leader].signal("TERM");
+        assert!(r.nodes[leader].wait_exit(PATIENCE).success());
+        let id = r.nodes[leader].id.clone();
+        r.nodes[leader] = candidate(&r.etcd, &r.key, &id, "2s", &r.logs[leader]);
+    }
+    assert!(most_alive(&r.logs) <= 1, "two children ran at once");
+}
+
+#[test]
+fn authentication_mistakes_are_clear_and_never_echo_the_password() {
+    let etcd = Etcd::start(1);
+    let root = ["--user", "root:root-pw"];
+    for args in [
+        vec!["user", "add", "root:root-pw"],
+        vec!["user", "add", "leaderd:good-pw"],
+        vec!["role", "add", "leaderd"],
+        vec!["user", "grant-role", "leaderd", "leaderd"],
+        vec!["auth", "enable"],
+    ] {
+        etcd.ctl_ok(&args);
+    }
+    let url = |userinfo: &str| {
+        format!(
+            "http://{userinfo}@127.0.0.1:{}",
+            etcd.members[0].client_port
+        )
+    };
+    let check = |url: &str, env: &[(&str, &str)]| {
+        let out = support::command(&["check", "--key", "auth", "--http", "off", "--etcd", url])
+            .envs(env.iter().copied())
+            .output()
+            .expect("run leaderd");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code().unwrap_or(-1), said)
+    };
+    let (code, said) = check(&url("leaderd"), &[("LEADERD_ETCD_PASSWORD", "wrong-pw-x1")]);
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains("authentication failed"), "{said}");
+    assert!(!said.contains("wrong-pw-x1"), "{said}");
+    // Signed in, but the role may not touch the prefix.
+    let (code, said) = check(&url("leaderd"), &[("LEADERD_ETCD_PASSWORD", "good-pw")]);
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains("permission denied"), "{said}");
+    assert!(said.contains("grant-permission"), "{said}");
+    assert!(!said.contains("good-pw"), "{said}");
+    let mut grant = root.to_vec();
+    grant.extend([
+        "role",
+        "grant-permission",
+        "leaderd",
+        "readwrite",
+        "--prefix=true",
+        "leaderd/",
+    ]);
+    etcd.ctl_ok(&grant);
+    let (code, said) = check(&url("leaderd"), &[("LEADERD_ETCD_PASSWORD", "good-pw")]);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("signed in as leaderd"), "{said}");
+    // No user against a cluster with auth on.
+    let (code, out, err) = run_to_end(&[
+        "check",
+        "--key",
+        "auth",
+        "--http",
+        "off",
+        "--etcd",
+        &url("").replace("@", ""),
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+}
