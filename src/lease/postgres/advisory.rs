@@ -2,7 +2,8 @@
 //! lease's own session, taken before the row and given up with it. While
 //! the lock is held the session sets `idle_session_timeout` to the TTL, so
 //! a holder that falls silent (partitioned, frozen) loses the lock on the
-//! server within a TTL. Session state is exactly what a transaction pooler
+//! server within a TTL, and `tcp_user_timeout` to the TTL, so a server
+//! whose replies go unacknowledged that long drops the session too. Session state is exactly what a transaction pooler
 //! breaks, so a pooler in the path is refused ([`pooled`]).
 
 use super::{PgLease, classify, connect};
@@ -38,7 +39,8 @@ impl PgLease {
         let (id, ttl) = (self.lock_id(), self.ttl_ms().to_string());
         let rows = self
             .run(
-                "SELECT CASE WHEN pg_try_advisory_lock($1) THEN set_config('idle_session_timeout', $2, false) END IS NOT NULL",
+                "SELECT CASE WHEN pg_try_advisory_lock($1)
+                   THEN set_config('idle_session_timeout', $2, false) || set_config('tcp_user_timeout', $2, false) END IS NOT NULL",
                 &[(&id, Type::INT8), (&ttl, Type::TEXT)],
             )
             .await?;
@@ -86,7 +88,7 @@ impl PgLease {
         let id = self.lock_id();
         let released = self
             .run(
-                "SELECT pg_advisory_unlock($1), set_config('idle_session_timeout', '0', false)",
+                "SELECT pg_advisory_unlock($1), set_config('idle_session_timeout', '0', false), set_config('tcp_user_timeout', '0', false)",
                 &[(&id, Type::INT8)],
             )
             .await;
