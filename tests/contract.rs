@@ -51,16 +51,6 @@ fn candidate(scene: &dyn Scene, key: &str, id: &str, ttl: &str, log: Option<&Pat
     Leaderd::run(id, &args)
 }
 
-/// The one candidate that leads, once exactly one does; and its token.
-fn the_leader(nodes: &[Leaderd]) -> (usize, u64) {
-    eventually(PATIENCE, "exactly one leader", || {
-        let leading: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].is_leader()).collect();
-        let [one] = leading[..] else { return None };
-        let (_, body) = nodes[one].leader()?;
-        Some((one, body["fencing_token"].as_u64()?))
-    })
-}
-
 /// `CONTRACT_ONLY=redlock cargo test --test contract` runs one backend's
 /// scenes, while working on it.
 fn for_each_backend(test: fn(&mut dyn Scene)) {
@@ -97,7 +87,7 @@ fn one_leader_of_three() {
             .iter()
             .map(|id| candidate(scene, &key, id, TTL, None))
             .collect();
-        let (leader, _) = the_leader(&nodes);
+        let (leader, _) = support::the_leader(&nodes, PATIENCE);
         for _ in 0..20 {
             let leading = nodes.iter().filter(|n| n.is_leader()).count();
             assert!(leading <= 1, "{}: two leaders", scene.name());
@@ -124,7 +114,7 @@ fn sigterm_hands_over_at_once_and_the_next_child_starts_after_the_last_stopped()
             .zip(&logs)
             .map(|(id, log)| candidate(scene, &key, id, "20s", Some(log)))
             .collect();
-        let (leader, token) = the_leader(&nodes);
+        let (leader, token) = support::the_leader(&nodes, PATIENCE);
         let started = eventually(PATIENCE, "the leader's child", || {
             probe_events(&logs[leader])
                 .into_iter()
@@ -137,7 +127,7 @@ fn sigterm_hands_over_at_once_and_the_next_child_starts_after_the_last_stopped()
         let old_log = logs[leader].clone();
         let mut logs = logs;
         logs.remove(leader);
-        let (next, next_token) = the_leader(&nodes);
+        let (next, next_token) = support::the_leader(&nodes, PATIENCE);
         let took = signalled.elapsed();
         assert!(
             took < Duration::from_secs(5),
@@ -167,7 +157,7 @@ fn sigkill_hands_over_only_when_the_lease_allows() {
             .iter()
             .map(|id| candidate(scene, &key, id, TTL, None))
             .collect();
-        let (leader, token) = the_leader(&nodes);
+        let (leader, token) = support::the_leader(&nodes, PATIENCE);
         let asked = Instant::now();
         let remaining = scene.remaining(&key);
         nodes[leader].signal("KILL");
@@ -261,7 +251,7 @@ fn an_unreachable_backend_makes_the_leader_step_down_by_its_renew_deadline() {
             .iter()
             .map(|id| candidate(scene, &key, id, TTL, None))
             .collect();
-        let (leader, _) = the_leader(&nodes);
+        let (leader, _) = support::the_leader(&nodes, PATIENCE);
         let cut = Instant::now();
         if !scene.cut() {
             eprintln!("{name}: cannot be made unreachable (a local file); not applicable");
@@ -274,7 +264,7 @@ fn an_unreachable_backend_makes_the_leader_step_down_by_its_renew_deadline() {
         );
         eprintln!("{name}: stepped down {:?} after the cut", cut.elapsed());
         scene.heal();
-        the_leader(&nodes);
+        support::the_leader(&nodes, PATIENCE);
     });
 }
 

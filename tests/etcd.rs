@@ -8,7 +8,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 use support::etcd::{Etcd, lease_of};
-use support::{Leaderd, eventually, probe_child, probe_events, run_to_end};
+use support::{Leaderd, eventually, most_alive, probe_child, probe_events, run_to_end, the_leader};
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
@@ -32,31 +32,6 @@ fn candidate(etcd: &Etcd, key: &str, id: &str, ttl: &str, log: &std::path::Path)
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Leaderd::run(id, &args)
-}
-
-fn the_leader(nodes: &[Leaderd]) -> (usize, u64) {
-    eventually(PATIENCE, "exactly one leader", || {
-        let leading: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].is_leader()).collect();
-        let [one] = leading[..] else { return None };
-        let (_, body) = nodes[one].leader()?;
-        Some((one, body["fencing_token"].as_u64()?))
-    })
-}
-
-/// The most children alive at once, over every candidate's probe log.
-fn most_alive(logs: &[PathBuf]) -> usize {
-    let mut events: Vec<(u128, i32)> = logs
-        .iter()
-        .flat_map(|l| probe_events(l))
-        .map(|e| (e.ns, if e.kind == "start" { 1 } else { -1 }))
-        .collect();
-    events.sort();
-    let (mut alive, mut most) = (0i32, 0i32);
-    for (_, change) in events {
-        alive += change;
-        most = most.max(alive);
-    }
-    most as usize
 }
 
 struct Rig {
@@ -89,12 +64,12 @@ fn rig(members: usize, name: &str, ttl: &str) -> Rig {
 #[test]
 fn killing_the_etcd_leader_never_makes_two_leaders() {
     let mut r = rig(3, "etcd-kill", "2s");
-    let (_, before) = the_leader(&r.nodes);
+    let (_, before) = the_leader(&r.nodes, PATIENCE);
     let etcd_leader = r.etcd.leader().expect("an etcd leader");
     r.etcd.members[etcd_leader].kill();
     // A window of more than a TTL, in which renewals go to the others.
     std::thread::sleep(Duration::from_secs(3));
-    let (_, after) = the_leader(&r.nodes);
+    let (_, after) = the_leader(&r.nodes, PATIENCE);
     assert!(after >= before, "{after} ≥ {before}");
     r.etcd.members[etcd_leader].restart();
     assert!(most_alive(&r.logs) <= 1, "two children ran at once");
@@ -103,12 +78,12 @@ fn killing_the_etcd_leader_never_makes_two_leaders() {
 #[test]
 fn pausing_the_etcd_leader_longer_than_the_ttl_never_makes_two_leaders() {
     let r = rig(3, "etcd-pause", "2s");
-    the_leader(&r.nodes);
+    the_leader(&r.nodes, PATIENCE);
     let etcd_leader = r.etcd.leader().expect("an etcd leader");
     r.etcd.members[etcd_leader].pause();
     std::thread::sleep(Duration::from_secs(3)); // longer than the TTL
     r.etcd.members[etcd_leader].resume();
-    the_leader(&r.nodes);
+    the_leader(&r.nodes, PATIENCE);
     assert!(most_alive(&r.logs) <= 1, "two children ran at once");
 }
 
@@ -116,7 +91,7 @@ fn pausing_the_etcd_leader_longer_than_the_ttl_never_makes_two_leaders() {
 fn a_lease_revoked_from_outside_stops_the_child_at_once() {
     // ttl 10 s: the next regular renewal is 3.3 s away.
     let r = rig(1, "etcd-revoke", "10s");
-    let (leader, _) = the_leader(&r.nodes);
+    let (leader, _) = the_leader(&r.nodes, PATIENCE);
     let child = eventually(PATIENCE, "the leader's child", || {
         probe_events(&r.logs[leader])
             .into_iter()
@@ -144,7 +119,7 @@ fn fencing_tokens_grow_across_handovers_and_a_member_restart() {
     let mut r = rig(3, "etcd-tokens", "2s");
     let mut last = 0;
     for round in 0..4 {
-        let (leader, token) = the_leader(&r.nodes);
+        let (leader, token) = the_leader(&r.nodes, PATIENCE);
         assert!(token > last, "round {round}: {token} > {last}");
         last = token;
         if round == 1 {

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 use support::postgres::Postgres;
-use support::{Leaderd, eventually, probe_child, probe_events};
+use support::{Leaderd, eventually, most_alive, probe_child, the_leader};
 
 const PATIENCE: Duration = Duration::from_secs(15);
 
@@ -34,32 +34,6 @@ fn candidate(pg: &Postgres, query: &str, key: &str, id: &str, log: &std::path::P
     )
 }
 
-/// The one leader, once exactly one leads, and its token.
-fn the_leader(nodes: &[Leaderd]) -> (usize, u64) {
-    eventually(PATIENCE, "exactly one leader", || {
-        let leading: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].is_leader()).collect();
-        let [one] = leading[..] else { return None };
-        let (_, body) = nodes[one].leader()?;
-        Some((one, body["fencing_token"].as_u64()?))
-    })
-}
-
-/// The most children alive at once, over every candidate's probe log.
-fn most_alive(logs: &[std::path::PathBuf]) -> usize {
-    let mut events: Vec<(u128, i32)> = logs
-        .iter()
-        .flat_map(|l| probe_events(l))
-        .map(|e| (e.ns, if e.kind == "start" { 1 } else { -1 }))
-        .collect();
-    events.sort();
-    let (mut alive, mut most) = (0i32, 0i32);
-    for (_, change) in events {
-        alive += change;
-        most = most.max(alive);
-    }
-    most as usize
-}
-
 fn terminated_sessions_never_make_two_leaders(query: &str) {
     let pg = Postgres::start();
     let key = support::key("pg-terminate");
@@ -70,13 +44,13 @@ fn terminated_sessions_never_make_two_leaders(query: &str) {
         .zip(&logs)
         .map(|(id, log)| candidate(&pg, query, &key, id, log))
         .collect();
-    let (_, before) = the_leader(&nodes);
+    let (_, before) = the_leader(&nodes, PATIENCE);
     for _ in 0..3 {
         // Every leaderd session, the leader's included.
         pg.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'leaderd'");
         std::thread::sleep(Duration::from_millis(700)); // past a renewal
     }
-    let (_, after) = the_leader(&nodes);
+    let (_, after) = the_leader(&nodes, PATIENCE);
     assert!(after >= before, "{after} ≥ {before}");
     assert!(most_alive(&logs) <= 1, "two children ran at once");
 }
@@ -102,13 +76,13 @@ fn an_immediate_stop_and_restart_leaves_one_leader_with_a_larger_token() {
         .zip(&logs)
         .map(|(id, log)| candidate(&pg, "", &key, id, log))
         .collect();
-    let (leader, before) = the_leader(&nodes);
+    let (leader, before) = the_leader(&nodes, PATIENCE);
     pg.stop_immediate();
     eventually(PATIENCE, "the leader to step down", || {
         (!nodes[leader].is_leader()).then_some(())
     });
     pg.restart();
-    let (_, after) = the_leader(&nodes);
+    let (_, after) = the_leader(&nodes, PATIENCE);
     assert!(after > before, "{after} > {before}");
     assert!(most_alive(&logs) <= 1, "two children ran at once");
 }

@@ -27,6 +27,7 @@
 
 pub mod etcd;
 pub mod file;
+mod pem;
 pub mod postgres;
 pub mod redis;
 

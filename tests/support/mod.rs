@@ -760,3 +760,29 @@ pub fn promtool(body: &str) -> (bool, String) {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), said)
 }
+
+/// The one candidate that leads, once exactly one does, and its token.
+pub fn the_leader(nodes: &[Leaderd], limit: Duration) -> (usize, u64) {
+    eventually(limit, "exactly one leader", || {
+        let leading: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].is_leader()).collect();
+        let [one] = leading[..] else { return None };
+        let (_, body) = nodes[one].leader()?;
+        Some((one, body["fencing_token"].as_u64()?))
+    })
+}
+
+/// The most children alive at once, over every candidate's probe log.
+pub fn most_alive(logs: &[PathBuf]) -> usize {
+    let mut events: Vec<(u128, i32)> = logs
+        .iter()
+        .flat_map(|l| probe_events(l))
+        .map(|e| (e.ns, if e.kind == "start" { 1 } else { -1 }))
+        .collect();
+    events.sort();
+    let (mut alive, mut most) = (0i32, 0i32);
+    for (_, change) in events {
+        alive += change;
+        most = most.max(alive);
+    }
+    most as usize
+}

@@ -330,40 +330,8 @@ impl Failure {
 }
 
 fn tls_config(config: &EtcdConfig) -> Result<rustls::ClientConfig, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let mut roots = rustls::RootCertStore::empty();
-    match &config.ca {
-        Some(pem) => {
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert = cert.map_err(|e| format!("the CA bundle: {e}"))?;
-                roots.add(cert).map_err(|e| format!("the CA bundle: {e}"))?;
-            }
-        }
-        None => {
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert);
-            }
-        }
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots);
-    let mut tls = match &config.client {
-        Some((cert, key)) => {
-            let chain = CertificateDer::pem_slice_iter(cert)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("the client certificate: {e}"))?;
-            let key = PrivateKeyDer::from_pem_slice(key.expose().as_bytes())
-                .map_err(|_| "the client key is not a PEM private key".to_string())?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("the client certificate and key: {e}"))?
-        }
-        None => builder.with_no_client_auth(),
-    };
+    let roots = crate::lease::pem::roots(config.ca.as_deref(), "the CA bundle")?;
+    let mut tls = crate::lease::pem::client_config(roots, config.client.as_ref())?;
     // etcd's gateway speaks HTTP/1.1 and HTTP/2; HTTP/1.1 keeps one request
     // per connection simple to time out.
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];

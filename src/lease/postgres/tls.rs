@@ -8,8 +8,7 @@ use crate::config::{PgTls, SslMode};
 use rustls::DigitallySignedStruct;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use std::sync::Arc;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -24,7 +23,10 @@ pub(super) fn connector(
     let verifier: Arc<dyn ServerCertVerifier> = match tls.mode {
         SslMode::Disable | SslMode::Prefer | SslMode::Require => Arc::new(Unverified(provider)),
         SslMode::VerifyCa | SslMode::VerifyFull => {
-            let roots = Arc::new(roots(tls.roots.as_deref())?);
+            let roots = Arc::new(crate::lease::pem::roots(
+                tls.roots.as_deref(),
+                "sslrootcert",
+            )?);
             let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider)
                 .build()
                 .map_err(|e| format!("the root certificates: {e}"))?;
@@ -40,11 +42,10 @@ pub(super) fn connector(
         .with_custom_certificate_verifier(verifier);
     let config = match &tls.client {
         Some((cert, key)) => {
-            let chain = CertificateDer::pem_slice_iter(cert)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("sslcert: {e}"))?;
-            let key = PrivateKeyDer::from_pem_slice(key.expose().as_bytes())
-                .map_err(|_| "sslkey is not a PEM private key".to_string())?;
+            let (chain, key) = crate::lease::pem::identity(cert, key).map_err(|e| {
+                e.replace("the client certificate", "sslcert")
+                    .replace("the client key", "sslkey")
+            })?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| format!("sslcert and sslkey: {e}"))?
@@ -57,24 +58,6 @@ pub(super) fn connector(
         _ => tokio_postgres::config::SslMode::Require,
     };
     Ok((MakeRustlsConnect::new(config), mode))
-}
-
-fn roots(pem: Option<&[u8]>) -> Result<rustls::RootCertStore, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    match pem {
-        Some(pem) => {
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert = cert.map_err(|e| format!("sslrootcert: {e}"))?;
-                roots.add(cert).map_err(|e| format!("sslrootcert: {e}"))?;
-            }
-        }
-        None => {
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert);
-            }
-        }
-    }
-    Ok(roots)
 }
 
 /// What to do about a failed TLS handshake, or `None` if not about TLS.

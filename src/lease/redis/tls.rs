@@ -135,34 +135,6 @@ pub(super) async fn report(
 
 /// The same trust and client identity redis-rs uses for the lease.
 fn client_config(tls: &RedisTls) -> Result<rustls::ClientConfig, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let mut roots = rustls::RootCertStore::empty();
-    match &tls.ca {
-        Some(pem) => {
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert = cert.map_err(|e| format!("the CA bundle: {e}"))?;
-                roots.add(cert).map_err(|e| format!("the CA bundle: {e}"))?;
-            }
-        }
-        None => {
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert);
-            }
-        }
-    }
-    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
-    match &tls.client {
-        Some((cert, key)) => {
-            let chain = CertificateDer::pem_slice_iter(cert)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("the client certificate: {e}"))?;
-            let key = PrivateKeyDer::from_pem_slice(key.expose().as_bytes())
-                .map_err(|_| "the client key is not a PEM private key".to_string())?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("the client certificate and key: {e}"))
-        }
-        None => Ok(builder.with_no_client_auth()),
-    }
+    let roots = crate::lease::pem::roots(tls.ca.as_deref(), "the CA bundle")?;
+    crate::lease::pem::client_config(roots, tls.client.as_ref())
 }
