@@ -15,7 +15,10 @@ ensure_tools_missing=()
 for tool in redis-server:redis-server promtool:prometheus etcd:etcd-server etcdctl:etcd-client; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || ensure_tools_missing+=("${tool##*:}")
 done
-if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+# As root the fixtures run the server as the `postgres` user, which the
+# package creates.
+if { ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } ||
+  { [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; }; then
   ensure_tools_missing+=(postgresql)
 fi
 if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
