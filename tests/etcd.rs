@@ -200,3 +200,40 @@ fn authentication_mistakes_are_clear_and_never_echo_the_password() {
     ]);
     assert_eq!(code, 2, "{out}{err}");
 }
+
+#[test]
+fn tls_endpoints_verify_the_server_and_present_a_client_certificate() {
+    let pki = support::tls::Pki::new(&format!("etcd-tls-{}", support::os::below(1 << 30)));
+    let (cert, key) = pki.leaf("server", &["127.0.0.1", "localhost"], false);
+    let client = pki.leaf("client", &["leaderd"], false);
+    let etcd = Etcd::start_tls(support::etcd::Tls {
+        ca: pki.ca(),
+        cert,
+        key,
+        client: Some(client.clone()),
+    });
+    let url = etcd.members[0].url();
+    let ca = pki.ca();
+    let check = |extra: &[&str]| {
+        let mut args = vec!["check", "--key", "tls", "--http", "off", "--etcd", &url];
+        args.extend_from_slice(extra);
+        let (code, out, err) = run_to_end(&args);
+        (code, format!("{out}{err}"))
+    };
+    // Not trusting the fixture's CA: refused, with the fix.
+    let (code, said) = check(&[]);
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains("--etcd-tls-ca"), "{said}");
+    // Trusted, with the client certificate the member requires.
+    let (cert, key) = (support::path_str(&client.0), support::path_str(&client.1));
+    let (code, said) = check(&[
+        "--etcd-tls-ca",
+        support::path_str(&ca),
+        "--etcd-tls-cert",
+        cert,
+        "--etcd-tls-key",
+        key,
+    ]);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("acquire, renew and release work"), "{said}");
+}

@@ -14,6 +14,17 @@ pub struct Member {
     dir: PathBuf,
     child: Option<Child>,
     initial_cluster: String,
+    tls: Option<Tls>,
+}
+
+/// A member serving its clients over TLS.
+#[derive(Clone)]
+pub struct Tls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Clients must present a certificate signed by the CA: this one.
+    pub client: Option<(PathBuf, PathBuf)>,
 }
 
 pub struct Etcd {
@@ -41,6 +52,7 @@ impl Etcd {
                 dir: std::env::temp_dir().join(format!("leaderd-test-etcd-{tag}-m{i}")),
                 child: None,
                 initial_cluster: initial_cluster.clone(),
+                tls: None,
             })
             .collect();
         for m in &mut members {
@@ -48,6 +60,29 @@ impl Etcd {
             m.launch();
         }
         let etcd = Etcd { members };
+        etcd.wait_healthy();
+        etcd
+    }
+
+    /// One member serving its clients over TLS only.
+    pub fn start_tls(tls: Tls) -> Etcd {
+        let (client, peer) = (free_port(), free_port());
+        let mut member = Member {
+            name: "m0".into(),
+            client_port: client,
+            peer_port: peer,
+            dir: std::env::temp_dir().join(format!(
+                "leaderd-test-etcd-tls-{}",
+                super::os::below(1 << 30)
+            )),
+            child: None,
+            initial_cluster: format!("m0=http://127.0.0.1:{peer}"),
+            tls: Some(tls),
+        };
+        member.launch();
+        let etcd = Etcd {
+            members: vec![member],
+        };
         etcd.wait_healthy();
         etcd
     }
@@ -77,13 +112,20 @@ impl Etcd {
             .filter(|m| m.child.is_some())
             .map(Member::url)
             .collect();
-        let out = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &endpoints.join(","), "--command-timeout=3s"])
-            .args(args)
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
+        let mut cmd = Command::new("etcdctl");
+        cmd.env("ETCDCTL_API", "3").args([
+            "--endpoints",
+            &endpoints.join(","),
+            "--command-timeout=3s",
+        ]);
+        if let Some(tls) = self.members.first().and_then(|m| m.tls.as_ref()) {
+            cmd.arg(format!("--cacert={}", super::path_str(&tls.ca)));
+            if let Some((cert, key)) = &tls.client {
+                cmd.arg(format!("--cert={}", super::path_str(cert)));
+                cmd.arg(format!("--key={}", super::path_str(key)));
+            }
+        }
+        let out = cmd.args(args).stderr(Stdio::null()).output().ok()?;
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
@@ -118,12 +160,25 @@ impl Etcd {
 
 impl Member {
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     fn launch(&mut self) {
         let state = if self.dir.exists() { "existing" } else { "new" };
-        let child = Command::new("etcd")
+        let mut cmd = Command::new("etcd");
+        if let Some(tls) = &self.tls {
+            cmd.args(["--cert-file", super::path_str(&tls.cert)])
+                .args(["--key-file", super::path_str(&tls.key)]);
+            if tls.client.is_some() {
+                cmd.args([
+                    "--client-cert-auth",
+                    "--trusted-ca-file",
+                    super::path_str(&tls.ca),
+                ]);
+            }
+        }
+        let child = cmd
             .args(["--name", &self.name])
             .args(["--data-dir", super::path_str(&self.dir)])
             .args(["--listen-client-urls", &self.url()])
