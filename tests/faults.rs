@@ -158,3 +158,41 @@ fn a_timed_out_acquire_that_won_is_recognised_by_its_token() {
         .count();
     assert_eq!(acquisitions, 1);
 }
+
+/// A leader that stepped down while Redis was frozen could not release;
+/// when Redis comes back its old lease may still stand. It leads again only
+/// as a new term, with a larger token: the child it starts must not share a
+/// token with the one it stopped.
+#[test]
+fn a_candidate_taking_its_own_lease_again_gets_a_larger_token() {
+    let redis = Redis::start();
+    let key = support::key("own-again");
+    let url = redis.url();
+    let node = Leaderd::run(
+        "a",
+        &[
+            "--redis",
+            &url,
+            "--key",
+            &key,
+            "--ttl",
+            "4s",
+            "--redis-timeout",
+            "200ms",
+            "--retry-interval",
+            "300ms",
+        ],
+    );
+    node.wait_leading(Duration::from_secs(5));
+    let token = |n: &Leaderd| n.leader().unwrap().1["fencing_token"].as_u64().unwrap();
+    let first = token(&node);
+    redis.pause();
+    // The renew deadline (2.67 s) comes before the lease's expiry (4 s).
+    eventually(Duration::from_secs(5), "a to step down", || {
+        (!node.is_leader()).then_some(())
+    });
+    redis.resume();
+    node.wait_leading(Duration::from_secs(10));
+    let second = token(&node);
+    assert!(second > first, "{second} > {first}");
+}

@@ -201,8 +201,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// - **Ambiguous outcomes.** After a timeout the outcome is unknown. The
 ///   backend keeps the token, and the next `acquire` offers the same one, so
 ///   a request that did win is recognised as ours rather than assumed either
-///   way. A `release` after a failed or refused acquire is allowed and is a
-///   no-op unless that acquire won.
+///   way (and taken again as a new term, with a new token: the won attempt's
+///   token was never handed to anyone). A `release` after a failed or
+///   refused acquire is allowed and is a no-op unless that acquire won.
 /// - **Fencing.** Every acquisition returns a fencing token strictly greater
 ///   than every earlier one for the key, even after the backend lost its
 ///   data: the backend keeps a floor (the highest token it has seen) and may

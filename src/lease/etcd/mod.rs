@@ -119,6 +119,14 @@ impl EtcdLease {
     }
 
     async fn acquire_op(&mut self) -> Result<Acquire, Error> {
+        // A waiter's look: a read first, so a held key costs no lease grant
+        // and revoke (a kept lease means an attempt may have won: go on).
+        if self.lease.is_none()
+            && let Some((holder, lease)) = self.read().await?
+        {
+            let expires_in = self.time_to_live(lease).await;
+            return Ok(Acquire::Held { holder, expires_in });
+        }
         let sent_at = Instant::now();
         // A lease kept from an attempt that timed out: still alive, it may
         // hold the key; else a fresh one.

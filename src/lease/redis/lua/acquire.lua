@@ -1,14 +1,13 @@
 -- Acquire: KEYS[1] lease, KEYS[2] fence counter.
 -- ARGV[1] ownership token, ARGV[2] holder id as a JSON string, ARGV[3] ttl ms,
 -- ARGV[4] the highest fencing token this candidate has seen.
--- Returns {1, fencing_token} when the lease is ours (also when an earlier,
--- timed-out attempt with the same token had already won), else held_by's reply.
+-- Returns {1, fencing_token} when the lease is ours, else held_by's reply.
+-- A lease already ours (an earlier, timed-out attempt with the same token
+-- won, or the caller stepped down and could not release) is taken again as
+-- a new term: every acquisition gets a larger token.
 local lease, holder = held_by(KEYS[1])
-if lease and lease.owner == redis.sha1hex(ARGV[1]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {1, lease.fencing_token}
-end
-if holder[4] ~= -2 then
+local ours = lease and lease.owner == redis.sha1hex(ARGV[1])
+if not ours and holder[4] ~= -2 then
   return holder
 end
 -- Strictly above the counter, above anything the caller has seen, and above
