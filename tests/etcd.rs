@@ -89,8 +89,10 @@ fn pausing_the_etcd_leader_longer_than_the_ttl_never_makes_two_leaders() {
 
 #[test]
 fn a_lease_revoked_from_outside_stops_the_child_at_once() {
-    // ttl 10 s: the next regular renewal is 3.3 s away.
-    let r = rig(1, "etcd-revoke", "10s");
+    // ttl 30 s: renewals every 10 s, and the revoke comes right after the
+    // leader's first one (at its acquire), so a stop within 2 s is the
+    // watch's doing, not a renewal that happened to be due.
+    let r = rig(1, "etcd-revoke", "30s");
     let (leader, _) = the_leader(&r.nodes, PATIENCE);
     let child = eventually(PATIENCE, "the leader's child", || {
         probe_events(&r.logs[leader])

@@ -43,8 +43,8 @@ pub(super) async fn connect(pg: &PgConfig, shown: &str) -> Result<(Client, Conn)
     }
 }
 
-/// Checks the session's server is a primary; returns its backend pid.
-pub(super) async fn primary(client: &Client, pg: &PgConfig, shown: &str) -> Result<i32, Error> {
+/// Checks the session's server is a primary.
+pub(super) async fn primary(client: &Client, pg: &PgConfig, shown: &str) -> Result<(), Error> {
     let row = tokio::time::timeout(pg.timeout, client.query_typed_one(sql::SERVER, &[]))
         .await
         .map_err(|_| Error::Timeout {
@@ -59,7 +59,7 @@ pub(super) async fn primary(client: &Client, pg: &PgConfig, shown: &str) -> Resu
             detail: "the server is a standby (pg_is_in_recovery() is true); leaderd writes its lease only on the primary: point the URL at the primary, or list every host with ?target_session_attrs=read-write".into(),
         });
     }
-    Ok(row.get(2))
+    Ok(())
 }
 
 /// Sorts a tokio-postgres error into what a person must fix and what a

@@ -108,5 +108,5 @@ pub const PRIVILEGES: &str = "SELECT to_regclass($1) IS NOT NULL AS exists,
   CASE WHEN to_regclass($1) IS NULL THEN NULL ELSE has_table_privilege(to_regclass($1), 'INSERT') END,
   CASE WHEN to_regclass($1) IS NULL THEN NULL ELSE has_table_privilege(to_regclass($1), 'UPDATE') END";
 
-/// The session's server: a standby, its version, and its backend pid.
-pub const SERVER: &str = "SELECT pg_is_in_recovery(), current_setting('server_version_num')::int, pg_backend_pid(), current_database()";
+/// Whether the session's server is a standby.
+pub const SERVER: &str = "SELECT pg_is_in_recovery()";
