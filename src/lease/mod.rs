@@ -30,6 +30,7 @@ pub mod file;
 mod pem;
 pub mod postgres;
 pub mod redis;
+mod rewatch;
 
 use crate::config::{BackendConfig, Config};
 use std::future::Future;

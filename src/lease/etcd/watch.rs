@@ -6,6 +6,7 @@
 //! have gone while it was not watching.
 
 use super::client::{Client, b64};
+use crate::lease::rewatch::Watch;
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -13,44 +14,29 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub(super) fn watch(
-    mut client: Client,
+    client: Client,
     key: String,
     retry: Duration,
     notices: mpsc::UnboundedSender<()>,
     stop: CancellationToken,
 ) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut warned = false;
-        loop {
-            let outcome = tokio::select! {
-                _ = stop.cancelled() => return,
-                outcome = follow(&mut client, &key, &notices) => outcome,
-            };
-            match outcome {
-                Ok(false) => return, // nobody listens any more
-                Ok(true) => {}
-                Err(e) if !warned => {
-                    warned = true;
-                    tracing::warn!(error = %e, "cannot watch etcd for releases; waiters fall back to their timers until this works");
-                }
-                Err(e) => tracing::debug!(error = %e, "etcd watch lost; watching again"),
-            }
-            client.next_endpoint();
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(retry) => {}
-            }
-        }
+    let server = client.shown.clone();
+    crate::lease::rewatch::spawn((client, key, notices), server, retry, stop, |(c, k, n)| {
+        Box::pin(async move {
+            let outcome = follow(c, k, n).await;
+            // Ended or failed: the next watch goes to the next member.
+            c.next_endpoint();
+            outcome
+        })
     })
 }
 
-/// Watches until the stream ends (`Ok(true)`: watch again) or nobody
-/// listens (`Ok(false)`).
+/// Watches until the stream ends (`Again`) or nobody listens (`Stop`).
 async fn follow(
     client: &mut Client,
     key: &str,
     notices: &mpsc::UnboundedSender<()>,
-) -> Result<bool, String> {
+) -> Result<Watch, String> {
     let endpoint = client.current_endpoint();
     let auth = client
         .auth_header(&endpoint)
@@ -79,7 +65,7 @@ async fn follow(
     loop {
         let chunk = match response.chunk().await {
             Ok(Some(chunk)) => chunk,
-            Ok(None) => return Ok(true),
+            Ok(None) => return Ok(Watch::Again),
             Err(e) => return Err(e.to_string()),
         };
         pending.extend_from_slice(&chunk);
@@ -96,17 +82,17 @@ async fn follow(
                 created = true;
                 // Watching now: catch up on a release it may have missed.
                 if notices.send(()).is_err() {
-                    return Ok(false);
+                    return Ok(Watch::Stop);
                 }
             }
             if result["canceled"].as_bool() == Some(true) {
-                return Ok(true);
+                return Ok(Watch::Again);
             }
             let deleted = result["events"]
                 .as_array()
                 .is_some_and(|events| events.iter().any(|e| e["type"] == "DELETE"));
             if deleted && notices.send(()).is_err() {
-                return Ok(false);
+                return Ok(Watch::Stop);
             }
         }
     }

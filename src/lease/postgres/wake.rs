@@ -8,6 +8,7 @@
 
 use super::{Conn, advisory, connect};
 use crate::config::PgConfig;
+use crate::lease::rewatch::Watch;
 use futures_util::future::poll_fn;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -32,46 +33,19 @@ pub(super) fn watch(
     notices: mpsc::UnboundedSender<()>,
     stop: CancellationToken,
 ) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut warned = false;
-        loop {
-            let outcome = tokio::select! {
-                _ = stop.cancelled() => return,
-                outcome = listen(&listener, &notices) => outcome,
-            };
-            match outcome {
-                Ok(Ended::NobodyListens) => return,
-                Ok(Ended::Pooled) => {
-                    tracing::warn!(server = %listener.shown, "a transaction pooler is in the path to PostgreSQL: LISTEN/NOTIFY cannot work through it, so waiting candidates take over when the lease expires rather than at once on release (connect to the server directly, or through a session pooler, for instant handovers)");
-                    return;
-                }
-                Ok(Ended::Lost) => {}
-                Err(e) if !warned => {
-                    warned = true;
-                    tracing::warn!(error = %e, "cannot wait for release wake-ups; waiters fall back to their timers until this works");
-                }
-                Err(e) => tracing::debug!(error = %e, "release wake-ups lost; reconnecting"),
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(retry) => {}
-            }
-        }
+    let server = listener.shown.clone();
+    crate::lease::rewatch::spawn((listener, notices), server, retry, stop, |(l, n)| {
+        Box::pin(async move { listen(l, n).await.map_err(|e| e.to_string()) })
     })
-}
-
-enum Ended {
-    NobodyListens,
-    Pooled,
-    Lost,
 }
 
 async fn listen(
     listener: &Listener,
     notices: &mpsc::UnboundedSender<()>,
-) -> Result<Ended, crate::lease::Error> {
+) -> Result<Watch, crate::lease::Error> {
     if advisory::pooled(&listener.pg, &listener.shown).await? {
-        return Ok(Ended::Pooled);
+        tracing::warn!(server = %listener.shown, "a transaction pooler is in the path to PostgreSQL: LISTEN/NOTIFY cannot work through it, so waiting candidates take over when the lease expires rather than at once on release (connect to the server directly, or through a session pooler, for instant handovers)");
+        return Ok(Watch::Stop);
     }
     let (client, conn) = connect(&listener.pg, &listener.shown).await?;
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -100,17 +74,17 @@ async fn listen(
     // with SCRAM and TLS) would otherwise go unnoticed until expiry.
     if notices.send(()).is_err() {
         driver.abort();
-        return Ok(Ended::NobodyListens);
+        return Ok(Watch::Stop);
     }
     while let Some(releaser) = rx.recv().await {
         if releaser != listener.own_id && notices.send(()).is_err() {
             driver.abort();
-            return Ok(Ended::NobodyListens);
+            return Ok(Watch::Stop);
         }
     }
     // The connection ended (the driver dropped its sender).
     drop(client);
-    Ok(Ended::Lost)
+    Ok(Watch::Again)
 }
 
 /// Drives the connection, passing on each notification's payload (the

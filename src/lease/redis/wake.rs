@@ -12,6 +12,7 @@
 //! since a release may have happened while the connection was down. The release is
 //! still published on `leaderd:{KEY}:released` for observers.
 
+use crate::lease::rewatch::Watch;
 use redis::AsyncConnectionConfig;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -49,36 +50,35 @@ pub struct WakeQueue {
 
 /// Waits on the wake list until `stop`, sending `()` for every wake-up.
 pub fn watch(
-    mut source: WakeQueue,
+    source: WakeQueue,
     retry: Duration,
     notices: mpsc::UnboundedSender<()>,
     stop: CancellationToken,
 ) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut reconnecting = false;
-        let mut warned = false;
-        loop {
-            let outcome = tokio::select! {
-                _ = stop.cancelled() => return,
-                outcome = listen(&mut source, &notices, reconnecting) => outcome,
-            };
-            reconnecting = true;
+    let server = source.shown.clone();
+    let state = Watcher {
+        source,
+        notices,
+        reconnecting: false,
+    };
+    crate::lease::rewatch::spawn(state, server, retry, stop, |w| {
+        Box::pin(async move {
+            let outcome = listen(&mut w.source, &w.notices, w.reconnecting).await;
+            w.reconnecting = true;
             match outcome {
-                Ok(()) => return, // nobody listens any more
-                // Once loudly (an ACL without +blpop would otherwise go
-                // unnoticed: waiters still work, only slower), then quietly.
-                Err(e) if !warned => {
-                    warned = true;
-                    tracing::warn!(error = %e, server = %source.shown, "cannot wait for release wake-ups; waiters fall back to their timers until this works");
-                }
-                Err(e) => tracing::debug!(error = %e, "release wake-ups lost; reconnecting"),
+                Ok(()) => Ok(Watch::Stop), // nobody listens any more
+                Err(e) => Err(e),
             }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(retry) => {}
-            }
-        }
+        })
     })
+}
+
+/// What the wake-up loop carries from one connection to the next.
+struct Watcher {
+    source: WakeQueue,
+    notices: mpsc::UnboundedSender<()>,
+    /// A connection came before: the next one sends a catch-up wake-up.
+    reconnecting: bool,
 }
 
 /// One short `BLPOP` as the configured user, so `leaderd check` can report

@@ -1,0 +1,53 @@
+//! The loop every backend's release watcher runs in (Redis's wake list,
+//! PostgreSQL's `LISTEN`, etcd's watch): watch until the watch ends, then
+//! again after `retry`, until `stop`. A failure is said once as a warning
+//! (a missing permission would otherwise go unnoticed: waiters still work,
+//! only slower, on their timers), then quietly.
+
+use super::BoxFuture;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How one watch ended.
+pub(crate) enum Watch {
+    /// The connection or stream ended: watch again.
+    Again,
+    /// Nobody listens any more (shutting down), or watching cannot work.
+    Stop,
+}
+
+/// Spawns the loop around `once`, which watches until the watch ends.
+/// `server` names the server in the warning.
+pub(crate) fn spawn<S: Send + 'static>(
+    mut state: S,
+    server: String,
+    retry: Duration,
+    stop: CancellationToken,
+    once: for<'a> fn(&'a mut S) -> BoxFuture<'a, Result<Watch, String>>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut warned = false;
+        loop {
+            let outcome = tokio::select! {
+                _ = stop.cancelled() => return,
+                outcome = once(&mut state) => outcome,
+            };
+            match outcome {
+                Ok(Watch::Stop) => return,
+                Ok(Watch::Again) => {}
+                Err(e) if !warned => {
+                    warned = true;
+                    tracing::warn!(error = %e, %server, "cannot wait for release wake-ups; waiters fall back to their timers until this works");
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, %server, "release wake-ups lost; watching again")
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(retry) => {}
+            }
+        }
+    })
+}
