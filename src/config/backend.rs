@@ -40,10 +40,10 @@ pub enum BackendConfig {
     LockFile { path: PathBuf, implicit: bool },
 }
 
-/// TLS material for `rediss://`, read at start-up. Empty: the system's
-/// roots, no client certificate.
+/// TLS material read at start-up: for `rediss://` (and, in the same shape,
+/// etcd's `https://`). Empty: the system's roots, no client certificate.
 #[derive(Debug, Clone, Default)]
-pub struct RedisTls {
+pub struct TlsFiles {
     /// PEM bundle to trust instead of the system's roots.
     pub ca: Option<Vec<u8>>,
     /// PEM certificate chain and private key for mutual TLS.
@@ -259,6 +259,9 @@ pub(super) fn backend(
     }
 }
 
+/// Redis's TLS files.
+pub type RedisTls = TlsFiles;
+
 /// `--redis-tls-ca`, `--redis-tls-cert` and `--redis-tls-key`: read now,
 /// for `rediss://` only, the certificate and key both or neither.
 pub(super) fn redis_tls(
@@ -268,6 +271,31 @@ pub(super) fn redis_tls(
     warnings: &mut Vec<String>,
     note: &mut impl FnMut(&'static str, String, &Origin),
 ) -> Result<RedisTls, ConfigError> {
+    let plain = urls.iter().find(|u| !u.is_tls()).map(|u| {
+        format!(
+            "TLS files apply to rediss:// URLs, but the Redis URL is `{}`; use rediss://",
+            u.redacted()
+        )
+    });
+    let specs = [
+        &options::REDIS_TLS_CA,
+        &options::REDIS_TLS_CERT,
+        &options::REDIS_TLS_KEY,
+    ];
+    tls_files(r, s, specs, plain, warnings, note)
+}
+
+/// TLS files named by three options (a CA bundle; a client certificate and
+/// its key, both or neither), read now so a wrong path fails at start-up.
+/// `plain`: what to say if any is given although a URL is not TLS.
+pub(super) fn tls_files(
+    r: &Resolver<'_>,
+    s: &Sources<'_>,
+    [ca, cert, key]: [&'static options::Spec; 3],
+    plain: Option<String>,
+    warnings: &mut Vec<String>,
+    note: &mut impl FnMut(&'static str, String, &Origin),
+) -> Result<TlsFiles, ConfigError> {
     let path = |p: &str| {
         if p.trim().is_empty() {
             Err("is empty; give a file path".to_string())
@@ -275,18 +303,14 @@ pub(super) fn redis_tls(
             Ok(PathBuf::from(p))
         }
     };
-    let ca = r.scalar(&options::REDIS_TLS_CA, path)?;
-    let cert = r.scalar(&options::REDIS_TLS_CERT, path)?;
-    let key = r.scalar(&options::REDIS_TLS_KEY, path)?;
-    let given = [&ca, &cert, &key].into_iter().flatten().next();
-    if let Some(first) = given
-        && let Some(url) = urls.iter().find(|u| !u.is_tls())
+    let (ca_spec, cert_spec, key_spec) = (ca, cert, key);
+    let ca = r.scalar(ca_spec, path)?;
+    let cert = r.scalar(cert_spec, path)?;
+    let key = r.scalar(key_spec, path)?;
+    if let Some(first) = [&ca, &cert, &key].into_iter().flatten().next()
+        && let Some(plain) = plain
     {
-        return Err(ConfigError(format!(
-            "{}: TLS files apply to rediss:// URLs, but the Redis URL is `{}`; use rediss://",
-            first.origin,
-            url.redacted()
-        )));
+        return Err(ConfigError(format!("{}: {plain}", first.origin)));
     }
     let read = |v: &Value<PathBuf>| {
         (s.read_secret)(&v.value).map_err(|e| {
@@ -297,40 +321,39 @@ pub(super) fn redis_tls(
             ))
         })
     };
-    let mut tls = RedisTls::default();
-    if let Some(ca) = &ca {
+    let mut shown = |spec: &options::Spec, v: &Value<PathBuf>| {
         note(
-            "redis.tls_ca_file",
-            format!("{:?}", ca.value.display().to_string()),
-            &ca.origin,
+            spec.key.expect("declared"),
+            format!("{:?}", v.value.display().to_string()),
+            &v.origin,
         );
-        tls.ca = Some(read(ca)?.0.into_bytes());
-    }
-    match (&cert, &key) {
+    };
+    let ca = match &ca {
+        Some(v) => {
+            shown(ca_spec, v);
+            Some(read(v)?.0.into_bytes())
+        }
+        None => None,
+    };
+    let client = match (&cert, &key) {
         (Some(cert), Some(key)) => {
-            note(
-                "redis.tls_cert_file",
-                format!("{:?}", cert.value.display().to_string()),
-                &cert.origin,
-            );
-            note(
-                "redis.tls_key_file",
-                format!("{:?}", key.value.display().to_string()),
-                &key.origin,
-            );
+            shown(cert_spec, cert);
+            shown(key_spec, key);
             let (key_pem, mode) = read(key)?;
             warnings.extend(super::loose_secret_file(&key.origin, &key.value, mode));
-            tls.client = Some((read(cert)?.0.into_bytes(), Secret::new(key_pem)));
+            Some((read(cert)?.0.into_bytes(), Secret::new(key_pem)))
         }
-        (None, None) => {}
+        (None, None) => None,
         (Some(one), None) | (None, Some(one)) => {
             return Err(ConfigError(format!(
-                "{}: mutual TLS needs both --redis-tls-cert and --redis-tls-key (or their env vars or TOML keys); give both or neither",
-                one.origin
+                "{}: a client certificate needs both {} and {} (or their env vars or TOML keys); give both or neither",
+                one.origin,
+                cert_spec.flag.expect("declared"),
+                key_spec.flag.expect("declared")
             )));
         }
-    }
-    Ok(tls)
+    };
+    Ok(TlsFiles { ca, client })
 }
 
 /// `--redis-wait-replicas`: how many replicas must acknowledge each lease

@@ -156,51 +156,15 @@ pub(super) fn resolve(
         .map(|e| format!("{:?}", e.as_str()))
         .collect();
     note("etcd.endpoints", format!("[{}]", shown.join(", ")), &origin);
-    let path = |p: &str| {
-        if p.trim().is_empty() {
-            Err("is empty; give a file path".to_string())
-        } else {
-            Ok(PathBuf::from(p))
-        }
-    };
-    let read = |v: &Value<PathBuf>| {
-        (s.read_secret)(&v.value).map_err(|e| {
-            ConfigError(format!(
-                "{}: cannot read {}: {e}",
-                v.origin,
-                v.value.display()
-            ))
-        })
-    };
-    let ca = r.scalar(&options::ETCD_TLS_CA, path)?;
-    let cert = r.scalar(&options::ETCD_TLS_CERT, path)?;
-    let key = r.scalar(&options::ETCD_TLS_KEY, path)?;
-    if let Some(first) = [&ca, &cert, &key].into_iter().flatten().next()
-        && let Some(plain) = endpoints.iter().find(|e| e.scheme() != "https")
-    {
-        return Err(ConfigError(format!(
-            "{}: TLS files apply to https:// endpoints, but `{plain}` is http://; use https://",
-            first.origin
-        )));
-    }
-    let ca = match &ca {
-        Some(v) => Some(read(v)?.0.into_bytes()),
-        None => None,
-    };
-    let client = match (&cert, &key) {
-        (Some(c), Some(k)) => {
-            let (key_pem, mode) = read(k)?;
-            warnings.extend(super::loose_secret_file(&k.origin, &k.value, mode));
-            Some((read(c)?.0.into_bytes(), Secret::new(key_pem)))
-        }
-        (None, None) => None,
-        (Some(one), None) | (None, Some(one)) => {
-            return Err(ConfigError(format!(
-                "{}: a client certificate needs both --etcd-tls-cert and --etcd-tls-key; give both or neither",
-                one.origin
-            )));
-        }
-    };
+    let plain = endpoints.iter().find(|e| e.scheme() != "https").map(|e| {
+        format!("TLS files apply to https:// endpoints, but `{e}` is http://; use https://")
+    });
+    let specs = [
+        &options::ETCD_TLS_CA,
+        &options::ETCD_TLS_CERT,
+        &options::ETCD_TLS_KEY,
+    ];
+    let tls = super::backend::tls_files(r, s, specs, plain, warnings, note)?;
     let prefix = r.scalar(&options::ETCD_PREFIX, parse_prefix)?;
     let prefix = or_default(prefix, "leaderd/".to_string(), "");
     note("etcd.prefix", format!("{:?}", prefix.value), &prefix.origin);
@@ -224,8 +188,8 @@ pub(super) fn resolve(
         endpoints,
         user,
         password,
-        ca,
-        client,
+        ca: tls.ca,
+        client: tls.client,
         prefix: prefix.value,
         timeout: timeout.value,
     })))
