@@ -112,8 +112,67 @@ fn a_lease_revoked_from_outside_stops_the_child_at_once() {
         took < Duration::from_secs(2),
         "stopped {took:?} after the revoke, not at once"
     );
+    // The standby waits until the old holder's work must have stopped (a
+    // TTL from the vacancy: nobody announced a release).
     let other = 1 - leader;
-    r.nodes[other].wait_leading(PATIENCE);
+    r.nodes[other].wait_leading(Duration::from_secs(30) + PATIENCE);
+    assert!(most_alive(&r.logs) <= 1, "two children ran at once");
+}
+
+/// Issue #23, case 1: the leader's release fails while every member is
+/// down; etcd comes back with its data (and our lease, with a fresh TTL);
+/// the same candidate leads again, in a new term with a larger token.
+#[test]
+fn a_term_after_a_failed_release_and_a_cluster_restart_has_a_larger_token() {
+    let mut etcd = Etcd::start(3);
+    let key = support::key("etcd-relead");
+    let dir = support::Scratch::new(&format!("etcd-relead-{}", support::os::below(1 << 30)));
+    let log = dir.join("a");
+    let a = candidate(&etcd, &key, "a", "2s", &log);
+    let (_, before) = the_leader(std::slice::from_ref(&a), PATIENCE);
+    for member in &mut etcd.members {
+        member.kill();
+    }
+    a.wait_log(PATIENCE, "renew deadline");
+    std::thread::sleep(Duration::from_secs(2));
+    for member in &mut etcd.members {
+        member.restart();
+    }
+    let (_, after) = the_leader(std::slice::from_ref(&a), PATIENCE);
+    assert!(after > before, "a new term reused a token: {after} after {before}");
+    assert!(most_alive(&[log]) <= 1);
+}
+
+/// Issue #23, case 2: the leader's lease revoked, or its key deleted, from
+/// outside: the standby starts its child only after the leader's stopped.
+#[test]
+fn a_lease_taken_away_from_outside_never_makes_two_children() {
+    for how in ["revoke", "del"] {
+        let r = rig(1, &format!("etcd-outside-{how}"), "2s");
+        for _ in 0..3 {
+            let (leader, _) = the_leader(&r.nodes, PATIENCE);
+            eventually(PATIENCE, "the leader's child", || {
+                let events = probe_events(&r.logs[leader]);
+                let starts = events.iter().filter(|e| e.kind == "start").count();
+                let stops = events.iter().filter(|e| e.kind == "stop").count();
+                (starts > stops).then_some(())
+            });
+            if how == "revoke" {
+                let lease = lease_of(&r.etcd, &r.key).expect("the leader key has a lease");
+                r.etcd.ctl_ok(&["lease", "revoke", &lease]);
+            } else {
+                r.etcd.ctl_ok(&["del", &format!("leaderd/{}/leader", r.key)]);
+            }
+            eventually(PATIENCE, "the old leader to step down", || {
+                (!r.nodes[leader].is_leader()).then_some(())
+            });
+        }
+        the_leader(&r.nodes, PATIENCE);
+        assert!(
+            most_alive(&r.logs) <= 1,
+            "{how}: two children ran at once"
+        );
+    }
 }
 
 #[test]

@@ -31,6 +31,7 @@ mod pem;
 pub mod postgres;
 pub mod redis;
 mod rewatch;
+mod vacancy;
 
 use crate::config::{BackendConfig, Config};
 use std::future::Future;

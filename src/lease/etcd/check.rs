@@ -68,15 +68,14 @@ impl EtcdLease {
 
     /// Acquire, renew and release on `KEY.check/leader`, as the configured user.
     async fn scratch(&mut self) -> Result<String, Error> {
-        let mut scratch = EtcdLease {
-            client: Client::new(&self.client.config)?,
-            key: self.key.replace("/leader", ".check/leader"),
-            id: self.id.clone(),
-            timing: self.timing,
-            lease: None,
-            fencing: 0,
-        };
-        let key = scratch.key.clone();
+        let base = self.keys.leader.trim_end_matches("/leader");
+        let mut scratch = EtcdLease::on(
+            Client::new(&self.client.config)?,
+            &format!("{base}.check"),
+            &self.id,
+            self.timing,
+        );
+        let key = scratch.keys.leader.clone();
         let token = match scratch.acquire_op().await? {
             Acquire::Won { fencing_token, .. } => fencing_token,
             Acquire::Held { holder, .. } => {
@@ -89,7 +88,7 @@ impl EtcdLease {
         let renewed = matches!(scratch.renew_op().await?, Renew::Renewed { .. });
         scratch.release_op().await?;
         Ok(format!(
-            "acquire, renew{} and release work on the scratch key {key} (fencing token {token}, its create revision)",
+            "acquire, renew{} and release work on the scratch key {key} (fencing token {token}, its revision)",
             if renewed { "" } else { " (lost!)" }
         ))
     }

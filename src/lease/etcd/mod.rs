@@ -1,11 +1,17 @@
 //! etcd: the lease is one key, `PREFIX` + KEY + `/leader`, created in a
 //! transaction only if absent and bound to an etcd lease that its holder
 //! keeps alive. etcd is linearizable, so at most one candidate's create can
-//! succeed; the key's create revision, a cluster-wide counter that never
-//! goes back, is the fencing token (no clock floor needed). Renewing is a
-//! keep-alive that must come back with a fresh TTL, and a linearizable read
-//! that the key is still ours; releasing deletes the key and revokes the
-//! lease, so the next candidate, which watches the key, wins at once.
+//! succeed; the key's mod revision at the acquisition, a cluster-wide counter
+//! that never goes back, is the fencing token (no clock floor needed).
+//! Renewing is a keep-alive that must come back with a fresh TTL, and a
+//! linearizable read that the key is still ours; releasing deletes the key
+//! and writes the release record in one transaction, then revokes the lease,
+//! so the next candidate, which watches the key, wins at once.
+//!
+//! Every acquisition is a new term with a new revision, also when the key
+//! still holds an earlier term of ours (a release that failed while etcd was
+//! down, and etcd restored our lease when it came back): that key is written
+//! again, never handed back with its old token.
 //!
 //! This is etcd's own election recipe with one key: `Campaign` blocks until
 //! it wins, while leaderd's acquire must answer at once, so the
@@ -13,14 +19,17 @@
 
 mod check;
 mod client;
+mod term;
 mod watch;
 
 use crate::config::{BackendConfig, Config};
+use crate::lease::vacancy::{Vacancies, Verdict};
 use crate::lease::{Acquire, BoxFuture, Error, Holder, LeaseBackend, Peek, Renew};
 use crate::timing::Timing;
-use client::{Client, b64, int, unb64};
+use client::{Client, b64, int};
 use serde_json::{Value, json};
 use std::time::Duration;
+use term::{Current, Keys, Look};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -28,15 +37,26 @@ use tokio_util::sync::CancellationToken;
 
 pub struct EtcdLease {
     client: Client,
-    /// The leader key.
-    key: String,
+    keys: Keys,
     id: String,
     timing: Timing,
     /// The etcd lease of our current attempt or term (kept after a timeout,
-    /// so the next acquire recognises a key that did get created).
+    /// or a release that failed, so the next acquire recognises a key that
+    /// is ours).
     lease: Option<i64>,
-    /// The create revision of our key while we hold it (0: none).
+    /// The fencing token of our term while we hold it (0: none).
     fencing: i64,
+    /// The largest token we handed out: never again.
+    spent: i64,
+    vacancies: Vacancies,
+}
+
+/// Nobody: a vacancy's or a missing holder's [`Holder`].
+fn nobody() -> Holder {
+    Holder {
+        id: None,
+        fencing_token: None,
+    }
 }
 
 impl EtcdLease {
@@ -44,14 +64,25 @@ impl EtcdLease {
         let BackendConfig::Etcd(etcd) = &config.backend else {
             unreachable!("lease::open passes only an etcd configuration")
         };
-        Ok(EtcdLease {
-            client: Client::new(etcd)?,
-            key: format!("{}{}/leader", etcd.prefix, config.key),
-            id: config.id.clone(),
-            timing: config.timing,
+        Ok(Self::on(
+            Client::new(etcd)?,
+            &format!("{}{}", etcd.prefix, config.key),
+            &config.id,
+            config.timing,
+        ))
+    }
+
+    fn on(client: Client, base: &str, id: &str, timing: Timing) -> Self {
+        EtcdLease {
+            client,
+            keys: Keys::new(base),
+            id: id.to_string(),
+            timing,
             lease: None,
             fencing: 0,
-        })
+            spent: 0,
+            vacancies: Vacancies::default(),
+        }
     }
 
     /// etcd grants whole seconds: the TTL rounded up.
@@ -94,17 +125,28 @@ impl EtcdLease {
         }
     }
 
-    /// The key's current value, linearizably: `(holder, create revision,
-    /// its lease)`, or `None` when absent.
-    async fn read(&mut self) -> Result<Option<(Holder, i64)>, Error> {
+    /// The leader key, linearizably, or `None` when absent.
+    async fn read(&mut self) -> Result<Option<Current>, Error> {
         let reply = self
             .client
-            .call("kv/range", &json!({ "key": b64(self.key.as_bytes()) }))
+            .call("kv/range", &json!({ "key": b64(self.keys.leader.as_bytes()) }))
             .await?;
-        Ok(reply["kvs"].get(0).map(holder_of))
+        Ok(reply["kvs"].get(0).map(term::current))
     }
 
-    /// The remaining TTL of `lease`, for waiters' timers.
+    /// The leader key and the latest term, in one linearizable read.
+    async fn look(&mut self) -> Result<Look, Error> {
+        let range = json!({
+            "key": b64(self.keys.from.as_bytes()),
+            "range_end": b64(self.keys.to.as_bytes()),
+        });
+        let reply = self.client.call("kv/range", &range).await?;
+        let kvs = reply["kvs"].as_array().cloned().unwrap_or_default();
+        Ok(self.keys.look(&kvs))
+    }
+
+    /// The remaining TTL of `lease`, for waiters' timers; `None` when it is
+    /// gone (or unknown).
     async fn time_to_live(&mut self, lease: i64) -> Option<Duration> {
         if lease == 0 {
             return None;
@@ -118,18 +160,66 @@ impl EtcdLease {
         (ttl >= 0).then(|| Duration::from_secs(ttl as u64))
     }
 
+    /// Someone else's lease, seen held: remember when it could expire.
+    async fn held(&mut self, holder: Holder, token: i64, lease: i64) -> Acquire {
+        let asked = Instant::now();
+        let expires_in = self.time_to_live(lease).await;
+        if let Some(left) = expires_in {
+            // etcd truncates the remaining TTL to whole seconds, so the real
+            // expiry is no earlier than this.
+            self.vacancies.saw_held(token as u64, asked + left);
+        }
+        Acquire::Held { holder, expires_in }
+    }
+
+    /// The leader key is gone: free, unless its last term went without an
+    /// announced release and its holder may still be working (the
+    /// contract's vacancy rule).
+    async fn vacancy(&mut self, look: &Look) -> Option<Acquire> {
+        let term = look.term.as_ref().filter(|t| !t.released)?;
+        if term.token == self.spent || self.lease == Some(term.lease) {
+            // Our own term: our work has stopped, or we would not be here.
+            return None;
+        }
+        let holder = Holder {
+            id: term.id.clone(),
+            fencing_token: Some(term.token as u64),
+        };
+        // Its lease still alive: deleted from outside, and its holder keeps
+        // working until it notices (then lets the lease expire).
+        if self.time_to_live(term.lease).await.is_some() {
+            return Some(self.held(holder, term.token, term.lease).await);
+        }
+        match self
+            .vacancies
+            .judge(term.token as u64, Instant::now(), self.timing.ttl)
+        {
+            Verdict::Free => None,
+            Verdict::Wait(left) => Some(Acquire::Held {
+                holder,
+                expires_in: Some(left),
+            }),
+        }
+    }
+
     async fn acquire_op(&mut self) -> Result<Acquire, Error> {
         // A waiter's look: a read first, so a held key costs no lease grant
-        // and revoke (a kept lease means an attempt may have won: go on).
-        if self.lease.is_none()
-            && let Some((holder, lease)) = self.read().await?
-        {
-            let expires_in = self.time_to_live(lease).await;
-            return Ok(Acquire::Held { holder, expires_in });
+        // and revoke.
+        let look = self.look().await?;
+        match &look.current {
+            Some(c) if Some(c.lease) != self.lease => {
+                return Ok(self.held(c.holder.clone(), c.revision, c.lease).await);
+            }
+            Some(_) => {}
+            None => {
+                if let Some(wait) = self.vacancy(&look).await {
+                    return Ok(wait);
+                }
+            }
         }
         let sent_at = Instant::now();
-        // A lease kept from an attempt that timed out: still alive, it may
-        // hold the key; else a fresh one.
+        // A lease kept from an attempt that timed out, or from a term whose
+        // release failed: still alive, it may hold the key; else a fresh one.
         let mut kept = self.lease;
         if let Some(lease) = kept
             && self.keep_alive(lease).await? <= 0
@@ -141,20 +231,9 @@ impl EtcdLease {
             None => self.grant().await?,
         };
         self.lease = Some(lease);
-        let key = b64(self.key.as_bytes());
-        let value = serde_json::to_string(&json!({ "id": self.id })).expect("serialises");
-        let txn = json!({
-            "compare": [{ "target": "CREATE", "key": key, "create_revision": "0" }],
-            "success": [{ "request_put": { "key": key, "value": b64(value.as_bytes()), "lease": lease.to_string() } }],
-            "failure": [{ "request_range": { "key": key } }],
-        });
-        let reply = self.client.call("kv/txn", &txn).await?;
+        let reply = self.create(lease).await?;
         if reply["succeeded"].as_bool() == Some(true) {
-            self.fencing = int(&reply["header"], "revision");
-            return Ok(Acquire::Won {
-                fencing_token: self.fencing as u64,
-                sent_at,
-            });
+            return Ok(self.won(int(&reply["header"], "revision"), sent_at));
         }
         let kv = reply["responses"][0]["response_range"]["kvs"]
             .get(0)
@@ -164,26 +243,75 @@ impl EtcdLease {
             self.revoke(lease).await;
             self.lease = None;
             return Ok(Acquire::Held {
-                holder: Holder {
-                    id: None,
-                    fencing_token: None,
-                },
+                holder: nobody(),
                 expires_in: Some(Duration::ZERO),
             });
         };
-        let (holder, holder_lease) = holder_of(&kv);
-        if holder_lease == lease {
-            // Our earlier attempt won after all.
-            self.fencing = int(&kv, "create_revision");
-            return Ok(Acquire::Won {
-                fencing_token: self.fencing as u64,
-                sent_at,
-            });
+        let current = term::current(&kv);
+        if current.lease != lease {
+            self.revoke(lease).await;
+            self.lease = None;
+            return Ok(self.held(current.holder, current.revision, current.lease).await);
         }
-        self.revoke(lease).await;
-        self.lease = None;
-        let expires_in = self.time_to_live(holder_lease).await;
-        Ok(Acquire::Held { holder, expires_in })
+        if current.revision > self.spent {
+            // Our earlier attempt won after all; its token was never handed out.
+            return Ok(self.won(current.revision, sent_at));
+        }
+        // An earlier term of ours, still in etcd: a new term needs a new
+        // revision, so write the key again.
+        let reply = self.rewrite(lease, current.revision).await?;
+        if reply["succeeded"].as_bool() == Some(true) {
+            return Ok(self.won(int(&reply["header"], "revision"), sent_at));
+        }
+        Ok(Acquire::Held {
+            holder: nobody(),
+            expires_in: Some(Duration::ZERO),
+        })
+    }
+
+    fn won(&mut self, token: i64, sent_at: Instant) -> Acquire {
+        self.fencing = token;
+        self.spent = self.spent.max(token);
+        Acquire::Won {
+            fencing_token: token as u64,
+            sent_at,
+        }
+    }
+
+    /// The writes of an acquisition: the leader key bound to `lease`, and
+    /// the term record naming it.
+    fn puts(&self, lease: i64) -> Value {
+        let value = json!({ "id": self.id }).to_string();
+        let record = json!({ "id": self.id, "lease": lease.to_string() }).to_string();
+        json!([
+            { "request_put": { "key": b64(self.keys.leader.as_bytes()), "value": b64(value.as_bytes()), "lease": lease.to_string() } },
+            { "request_put": { "key": b64(self.keys.term.as_bytes()), "value": b64(record.as_bytes()) } },
+        ])
+    }
+
+    /// Creates the leader key if absent; on failure, reads it.
+    async fn create(&mut self, lease: i64) -> Result<Value, Error> {
+        let key = b64(self.keys.leader.as_bytes());
+        let txn = json!({
+            "compare": [{ "target": "CREATE", "key": key, "create_revision": "0" }],
+            "success": self.puts(lease),
+            "failure": [{ "request_range": { "key": key } }],
+        });
+        self.client.call("kv/txn", &txn).await
+    }
+
+    /// Writes our leader key again, if it is still at `revision` and bound
+    /// to `lease`: a new term of a key we already held.
+    async fn rewrite(&mut self, lease: i64, revision: i64) -> Result<Value, Error> {
+        let key = b64(self.keys.leader.as_bytes());
+        let txn = json!({
+            "compare": [
+                { "target": "LEASE", "key": key, "lease": lease.to_string() },
+                { "target": "MOD", "key": key, "mod_revision": revision.to_string() },
+            ],
+            "success": self.puts(lease),
+        });
+        self.client.call("kv/txn", &txn).await
     }
 
     async fn renew_op(&mut self) -> Result<Renew, Error> {
@@ -196,18 +324,21 @@ impl EtcdLease {
         if self.keep_alive(lease).await? <= 0 {
             self.lease = None;
             self.fencing = 0;
-            let holder = self.read().await.ok().flatten().map(|(h, _)| h);
+            let holder = self.read().await.ok().flatten().map(|c| c.holder);
             return Ok(Renew::Lost { holder });
         }
         match self.read().await? {
-            Some((_, holder_lease)) if holder_lease == lease => Ok(Renew::Renewed { sent_at }),
+            Some(c) if c.lease == lease && c.revision == self.fencing => {
+                Ok(Renew::Renewed { sent_at })
+            }
             other => {
-                // Deleted or replaced behind our back: our term is over.
-                self.revoke(lease).await;
+                // Deleted or replaced behind our back: our term is over. The
+                // lease is left to expire, not revoked: while it lives,
+                // waiters know our work may still run.
                 self.lease = None;
                 self.fencing = 0;
                 Ok(Renew::Lost {
-                    holder: other.map(|(h, _)| h),
+                    holder: other.map(|c| c.holder),
                 })
             }
         }
@@ -217,51 +348,40 @@ impl EtcdLease {
         let Some(lease) = self.lease else {
             return Ok(false);
         };
-        let key = b64(self.key.as_bytes());
+        // Whatever happens next, this term is over: an acquire that finds
+        // the key still ours takes it as a new term.
+        self.fencing = 0;
+        let key = b64(self.keys.leader.as_bytes());
         let txn = json!({
             "compare": [{ "target": "LEASE", "key": key, "lease": lease.to_string() }],
-            "success": [{ "request_delete_range": { "key": key } }],
+            "success": [
+                { "request_delete_range": { "key": key } },
+                { "request_put": { "key": b64(self.keys.released.as_bytes()), "value": b64(self.id.as_bytes()) } },
+            ],
         });
         let reply = self.client.call("kv/txn", &txn).await?;
         let released = reply["succeeded"].as_bool() == Some(true);
         self.revoke(lease).await;
         self.lease = None;
-        self.fencing = 0;
         Ok(released)
     }
 
     async fn peek_op(&mut self) -> Result<Peek, Error> {
-        let Some((holder, lease)) = self.read().await? else {
+        let Some(current) = self.read().await? else {
             return Ok(Peek::default());
         };
-        let expires_in = self.time_to_live(lease).await;
+        let expires_in = self.time_to_live(current.lease).await;
         Ok(Peek {
-            holder: Some(holder),
+            holder: Some(current.holder),
             expires_in,
             contested: false,
         })
     }
 }
 
-/// The holder a key names, and the etcd lease it is bound to.
-fn holder_of(kv: &Value) -> (Holder, i64) {
-    let value = unb64(kv["value"].as_str().unwrap_or(""));
-    let id = serde_json::from_slice::<Value>(&value)
-        .ok()
-        .and_then(|v| v["id"].as_str().map(str::to_string))
-        .or_else(|| String::from_utf8(value).ok().filter(|s| !s.is_empty()));
-    (
-        Holder {
-            id,
-            fencing_token: Some(int(kv, "create_revision").max(0) as u64),
-        },
-        int(kv, "lease"),
-    )
-}
-
 impl LeaseBackend for EtcdLease {
     fn describe(&self) -> String {
-        format!("{}, key {}", self.client.shown, self.key)
+        format!("{}, key {}", self.client.shown, self.keys.leader)
     }
 
     fn notes(&self) -> Vec<String> {
@@ -298,7 +418,13 @@ impl LeaseBackend for EtcdLease {
         stop: CancellationToken,
     ) -> Option<JoinHandle<()>> {
         let client = Client::new(&self.client.config).ok()?;
-        Some(watch::watch(client, self.key.clone(), retry, notices, stop))
+        Some(watch::watch(
+            client,
+            self.keys.leader.clone(),
+            retry,
+            notices,
+            stop,
+        ))
     }
 
     fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>> {
