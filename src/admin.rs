@@ -46,9 +46,17 @@ impl Reply {
     }
 }
 
-/// Binds the socket (mode 0600). A socket file left by a leaderd that is
-/// gone is replaced; one that answers is another leaderd's, and refused.
+/// Binds the socket (mode 0600) in a directory nobody else can swap files
+/// in ([`crate::private::check_dir`]). A socket file left by a leaderd that
+/// is gone is replaced; one that answers is another leaderd's, and refused.
 pub async fn bind(path: &Path) -> Result<UnixListener, String> {
+    // Another user who can swap files in the directory could put their own
+    // socket in our place, and be told who steps down.
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    crate::private::check_dir(dir).map_err(|e| format!("admin.socket: {e}"))?;
     if path.exists() {
         if UnixStream::connect(path).await.is_ok() {
             return Err(format!(

@@ -24,6 +24,7 @@ pub mod http;
 pub mod lease;
 pub mod machine;
 pub mod metrics;
+pub mod private;
 pub mod reference;
 pub mod runner;
 pub mod shutdown;

@@ -242,12 +242,11 @@ pub(super) fn backend(
                     "no backend configured, and inside Kubernetes the embedded lock file would coordinate only this pod; give --redis redis://HOST:6379 (or LEADERD_REDIS_URL)".into(),
                 ));
             }
-            let dir = r
-                .env("XDG_RUNTIME_DIR")
-                .ok()
-                .flatten()
-                .unwrap_or_else(|| "/tmp".into());
-            let path = PathBuf::from(dir).join(format!("leaderd-{}.lock", key.replace('/', "_")));
+            let dir = crate::private::default_dir(
+                r.env("XDG_RUNTIME_DIR").ok().flatten(),
+                r.env("TMPDIR").ok().flatten(),
+            );
+            let path = dir.join(format!("leaderd-{}.lock", key.replace('/', "_")));
             Ok(Value {
                 value: BackendConfig::LockFile {
                     path,

@@ -298,7 +298,7 @@ pub const LOCK_FILE: Spec = spec("lock_file", "--lock-file", "LEADERD_LOCK_FILE"
     .value("PATH")
     .under(BACKEND)
     .help("Lock file for the single-host backend")
-    .default("$XDG_RUNTIME_DIR/leaderd-KEY.lock, else /tmp");
+    .default("$XDG_RUNTIME_DIR/leaderd-KEY.lock, else $TMPDIR or /tmp, in leaderd-UID/ (0700)");
 pub const REDIS_TLS_CA: Spec = spec(
     "redis_tls_ca",
     "--redis-tls-ca",

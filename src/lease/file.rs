@@ -2,15 +2,31 @@
 //! coordinates the processes of one host, and the kernel frees it the moment
 //! the holder dies. The file's content names the holder and the fencing token
 //! (`cat` it to see who leads); the lock, not the content, decides.
+//!
+//! Two things can take the lease away without a release, and both are
+//! handled as the contract's vacancy rule says:
+//! - the file deleted or replaced (a tmp cleaner, an operator "removing a
+//!   stale lock"): the holder still holds its lock on the unlinked file. It
+//!   learns at its next renewal, or within [`POLL`] from the watcher, which
+//!   stats the path; a waiter that saw the old file locked waits a TTL from
+//!   when it first saw it gone before it locks the new one;
+//! - another local user planting the path: paths are opened without
+//!   following symlinks, created 0600, and refused when another user owns
+//!   them or could swap them ([`crate::private`]).
 
+use super::vacancy::{Vacancies, Verdict};
 use super::{Acquire, BoxFuture, Error, Holder, LeaseBackend, Peek, Renew};
 use crate::config::{BackendConfig, Config};
-use std::fs::{File, OpenOptions, TryLockError};
+use crate::private;
+use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// How soon a refused candidate looks again. A lock file has no TTL to wait
 /// for, and a try-lock costs one system call.
@@ -23,6 +39,24 @@ pub struct FileLease {
     highest_fencing: u64,
     /// The embedded default, chosen because no backend was configured.
     implicit: bool,
+    ttl: Duration,
+    /// The file we last saw locked by another candidate, and its term.
+    seen: Option<Seen>,
+    vacancies: Vacancies,
+}
+
+/// A file seen locked by another candidate: which inode, and its holder.
+#[derive(Debug, Clone)]
+struct Seen {
+    file: (u64, u64),
+    holder: Holder,
+}
+
+/// The device and inode at `path`, when something is there.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -39,6 +73,9 @@ impl FileLease {
             held: None,
             highest_fencing: 0,
             implicit: false,
+            ttl: crate::timing::Timing::default().ttl,
+            seen: None,
+            vacancies: Vacancies::default(),
         }
     }
 
@@ -49,6 +86,7 @@ impl FileLease {
         };
         FileLease {
             implicit: *implicit,
+            ttl: config.timing.ttl,
             ..FileLease::new(path, &config.id)
         }
     }
@@ -60,18 +98,43 @@ impl FileLease {
         }
     }
 
+    /// The file's directory is one nobody else can use to swap the file
+    /// (the per-user default is created first).
+    fn check_dir(&self) -> Result<(), Error> {
+        let dir = match self.path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        let checked = if private::is_per_user_default(dir) {
+            private::create_per_user_dir(dir).and_then(|()| private::check_per_user_dir(dir))
+        } else {
+            private::check_dir(dir)
+        };
+        checked.map_err(|e| self.error(e))
+    }
+
     fn open_file(&self) -> Result<File, Error> {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&self.path)
-            .map_err(|e| {
-                self.error(format!(
-                    "{e}; check that the directory exists and is writable"
-                ))
-            })
+        private::open_file(&self.path).map_err(|e| self.error(e))
+    }
+
+    /// The file a holder had locked is gone or replaced, which no release
+    /// does: wait until that holder's work must have stopped.
+    fn vacated(&mut self) -> Option<Acquire> {
+        let seen = self.seen.as_ref()?;
+        if identity(&self.path) == Some(seen.file) {
+            return None;
+        }
+        let term = seen.holder.fencing_token.unwrap_or(0);
+        match self.vacancies.judge(term, Instant::now(), self.ttl) {
+            Verdict::Wait(left) => Some(Acquire::Held {
+                holder: seen.holder.clone(),
+                expires_in: Some(left.min(POLL)),
+            }),
+            Verdict::Free => {
+                self.seen = None;
+                None
+            }
+        }
     }
 
     fn read_content(file: &mut File) -> Option<Content> {
@@ -86,22 +149,34 @@ impl FileLease {
         if self.held.is_some() {
             return Err(self.error("acquire while already holding the lock"));
         }
+        if let Some(wait) = self.vacated() {
+            return Ok(wait);
+        }
+        self.check_dir()?;
         let mut file = self.open_file()?;
         match file.try_lock() {
-            Ok(()) => {}
+            Ok(()) => self.seen = None,
             Err(TryLockError::WouldBlock) => {
-                let holder = Self::read_content(&mut file).map(|c| Holder {
-                    id: Some(c.id),
-                    fencing_token: Some(c.fencing_token),
-                });
-                if let Some(f) = holder.as_ref().and_then(|h| h.fencing_token) {
-                    self.highest_fencing = self.highest_fencing.max(f);
-                }
-                return Ok(Acquire::Held {
-                    holder: holder.unwrap_or(Holder {
+                let holder = Self::read_content(&mut file).map_or(
+                    Holder {
                         id: None,
                         fencing_token: None,
-                    }),
+                    },
+                    |c| Holder {
+                        id: Some(c.id),
+                        fencing_token: Some(c.fencing_token),
+                    },
+                );
+                if let Some(f) = holder.fencing_token {
+                    self.highest_fencing = self.highest_fencing.max(f);
+                }
+                let meta = file.metadata().map_err(|e| self.error(e))?;
+                self.seen = Some(Seen {
+                    file: (meta.dev(), meta.ino()),
+                    holder: holder.clone(),
+                });
+                return Ok(Acquire::Held {
+                    holder,
                     expires_in: Some(POLL),
                 });
             }
@@ -203,6 +278,7 @@ impl LeaseBackend for FileLease {
     /// The lock file can be opened (created) now: a missing directory or
     /// a permission is a configuration error at start-up, not a retry loop.
     fn preflight(&mut self) -> Result<(), Error> {
+        self.check_dir()?;
         self.open_file().map(drop)
     }
 
@@ -237,9 +313,38 @@ impl LeaseBackend for FileLease {
         Box::pin(std::future::ready(self.peek_now()))
     }
 
+    /// Stats the path every [`POLL`] and says when the file there changed
+    /// (deleted, replaced): the holder then checks its lease at once, rather
+    /// than at its next renewal. Releases leave the file, so waiters find
+    /// them by polling.
+    fn watch_releases(
+        &self,
+        _retry: Duration,
+        notices: mpsc::UnboundedSender<()>,
+        stop: CancellationToken,
+    ) -> Option<JoinHandle<()>> {
+        let path = self.path.clone();
+        Some(tokio::spawn(async move {
+            let mut last = identity(&path);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(POLL) => {}
+                }
+                let now = identity(&path);
+                if now != last {
+                    last = now;
+                    if notices.send(()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }))
+    }
+
     /// The directory is writable and the file can be opened and locked.
     fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>> {
-        let checked = self.open_file().map(|_| {
+        let checked = self.check_dir().and_then(|()| self.open_file()).map(|_| {
             vec![format!(
                 "the lock file {} can be opened for locking",
                 self.path.display()
