@@ -295,3 +295,24 @@ fn sentinels_with_a_password_of_their_own() {
         "{out}"
     );
 }
+
+/// Issue #23, case 6: one sentinel of three frozen (silent, not refusing)
+/// for twice the TTL changes nothing: the two others are a majority, so
+/// the leader keeps renewing, in the same term.
+#[test]
+fn one_frozen_sentinel_of_three_changes_nothing() {
+    let rig = Rig::start();
+    rig.wait_ready();
+    let nodes = candidates(&rig, "sentinel-frozen");
+    let (leader, before) = support::the_leader(&nodes, PATIENCE);
+    rig.sentinels[0].pause();
+    let frozen_until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < frozen_until {
+        let (now, token) = support::the_leader(&nodes, PATIENCE);
+        assert_eq!((now, token), (leader, before), "the leader changed");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    rig.sentinels[0].resume();
+    let said = nodes[leader].log().join("\n");
+    assert!(!said.contains("renew deadline"), "{said}");
+}

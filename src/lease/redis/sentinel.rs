@@ -10,10 +10,18 @@
 //! the *configured* sentinels name it. No majority: the operation fails
 //! (a leader then steps down at its renew deadline), and nothing is
 //! released on a node the sentinels no longer name.
+//!
+//! The answer is taken as soon as a majority agrees, and each sentinel gets
+//! at most half of what is left of the operation's deadline: one sentinel
+//! that is frozen or black-holed (silent, not refusing) must not spend the
+//! whole operation, or one silent sentinel of three would stop every
+//! election while two still answer.
 
 use super::Error;
 use crate::config::{Secret, SentinelUrl};
+use futures_util::StreamExt;
 use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 use std::collections::BTreeMap;
@@ -88,7 +96,29 @@ impl Sentinels {
 
     /// The master a majority of the configured sentinels names now.
     pub(super) async fn master(&mut self, deadline: Instant) -> Result<Named, Error> {
-        let answers = self.ask_all(deadline).await;
+        let configured = self.url.sentinels.len();
+        let now = Instant::now();
+        let ask_by = now + deadline.saturating_duration_since(now) / 2;
+        let service = self.url.service.clone();
+        let mut pending: FuturesUnordered<_> = self
+            .clients
+            .iter()
+            .zip(self.conns.iter_mut())
+            .enumerate()
+            .map(|(i, (client, conn))| {
+                let service = &service;
+                async move { (i, ask(client, conn, service, ask_by).await) }
+            })
+            .collect();
+        let mut answers: Vec<Result<Named, String>> =
+            vec![Err("not asked to the end: a majority had answered".into()); configured];
+        while let Some((i, answer)) = pending.next().await {
+            answers[i] = answer;
+            if let Some(named) = majority(configured, &answers) {
+                return Ok(named);
+            }
+        }
+        drop(pending);
         decide(
             &self.shown,
             &self.url.service,
@@ -223,25 +253,34 @@ fn parse_master(reply: &Value) -> Option<Named> {
 
 /// The address more than half of the `configured` sentinels name. Among
 /// answers for that address the highest config epoch is reported.
-pub(super) fn decide(
-    shown: &str,
-    service: &str,
-    configured: usize,
-    answers: &[Result<Named, String>],
-) -> Result<Named, Error> {
+/// The master more than half of the `configured` sentinels name, if any
+/// (with the highest config epoch among them).
+fn majority(configured: usize, answers: &[Result<Named, String>]) -> Option<Named> {
     let mut votes: BTreeMap<&(String, u16), (usize, u64)> = BTreeMap::new();
     for named in answers.iter().flatten() {
         let vote = votes.entry(&named.addr).or_default();
         vote.0 += 1;
         vote.1 = vote.1.max(named.config_epoch);
     }
-    let majority = configured / 2 + 1;
-    if let Some((addr, (_, epoch))) = votes.iter().find(|(_, (n, _))| *n >= majority) {
-        return Ok(Named {
-            addr: (*addr).clone(),
-            config_epoch: *epoch,
-        });
+    votes
+        .into_iter()
+        .find(|(_, (n, _))| *n > configured / 2)
+        .map(|(addr, (_, epoch))| Named {
+            addr: addr.clone(),
+            config_epoch: epoch,
+        })
+}
+
+pub(super) fn decide(
+    shown: &str,
+    service: &str,
+    configured: usize,
+    answers: &[Result<Named, String>],
+) -> Result<Named, Error> {
+    if let Some(named) = majority(configured, answers) {
+        return Ok(named);
     }
+    let majority = configured / 2 + 1;
     let unknown = answers
         .iter()
         .filter_map(|a| a.as_ref().err())
