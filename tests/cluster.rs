@@ -143,3 +143,65 @@ fn check_names_the_slot_owner_and_the_cluster_state() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("only database 0"), "{err}");
 }
+
+/// Issue #23, case 7: the slot's owner frozen (SIGSTOP), listed first in
+/// the URL: the cluster promotes its replica, and a candidate leads on it
+/// while the old owner is still frozen, never two at once. leaderd used to
+/// keep retrying the frozen owner, asking the seeds one after another.
+#[test]
+fn a_frozen_slot_owner_listed_first_is_replaced_by_its_replica() {
+    let rig = ClusterRig::start(3, 1);
+    let key = support::key("cluster-frozen");
+    let lease = format!("leaderd:{{{key}}}:lease");
+    let owner = rig.owner_port(&lease).expect("an owner");
+    let replica = rig.replica_of(owner).port;
+    let mut seeds = vec![format!("127.0.0.1:{owner}")];
+    seeds.extend(
+        rig.nodes
+            .iter()
+            .filter(|n| n.port != owner)
+            .map(|n| format!("127.0.0.1:{}", n.port)),
+    );
+    let url = format!("redis+cluster://{}", seeds.join(","));
+    let nodes: Vec<Leaderd> = ["a", "b", "c"]
+        .iter()
+        .map(|id| {
+            Leaderd::run(
+                id,
+                &[
+                    "--redis",
+                    &url,
+                    "--key",
+                    &key,
+                    "--ttl",
+                    "3s",
+                    "--redis-timeout",
+                    "300ms",
+                    "--retry-interval",
+                    "300ms",
+                ],
+            )
+        })
+        .collect();
+    eventually(PATIENCE, "a leader on the slot's owner", || {
+        a_leader_on(&rig, &nodes, &lease, owner).then_some(())
+    });
+    let frozen = rig.nodes.iter().find(|n| n.port == owner).expect("known");
+    frozen.pause();
+    let paused = Instant::now();
+    let promoted = rig.nodes.iter().find(|n| n.port == replica).expect("known");
+    let (most, tokens) = watch_until(&nodes, || {
+        promoted.info("replication").contains("role:master")
+            && a_leader_on(&rig, &nodes, &lease, replica)
+    });
+    eprintln!(
+        "the slot owner frozen: a leader on its promoted replica {:?} later",
+        paused.elapsed()
+    );
+    frozen.resume();
+    assert_eq!(most, 1, "two leaders at once: {tokens:?}");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens went back: {tokens:?}"
+    );
+}

@@ -2,10 +2,13 @@
 //! share one hash tag, so every script runs on one slot, on one primary,
 //! over a plain connection to it; `MOVED` (a failover, a resharding) sends
 //! leaderd back here to find the new owner, and so does a connection to it
-//! that fails.
+//! that fails or times out (a frozen owner is replaced by its replica within
+//! the cluster's node timeout, and only a fresh look finds the new one).
 
 use super::Error;
 use crate::config::{ClusterUrl, RedisTls};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 use tokio::time::Instant;
@@ -51,20 +54,29 @@ impl Cluster {
     }
 
     /// The primary that owns the election's slot, by the first seed that
-    /// answers `CLUSTER SLOTS`.
+    /// answers `CLUSTER SLOTS`. The seeds are asked side by side: asked one
+    /// after another, a frozen first seed would spend the whole deadline.
     pub(super) async fn owner(&mut self, deadline: Instant) -> Result<(String, u16), Error> {
+        let (key, slot) = (&self.key, self.slot);
+        let mut pending: FuturesUnordered<_> = self
+            .seeds
+            .iter()
+            .zip(&self.url.seeds)
+            .map(|(seed, named)| async move { (named, ask(seed, key, slot, deadline).await) })
+            .collect();
         let mut errors = Vec::new();
-        for (seed, (host, port)) in self.seeds.iter().zip(&self.url.seeds) {
-            match ask(seed, &self.key, self.slot, deadline).await {
+        let mut found = None;
+        while let Some(((host, port), answer)) = pending.next().await {
+            match answer {
                 Ok((slot, owner)) => {
-                    self.slot = Some(slot);
                     // A node that does not know its own address says "".
                     let ip = if owner.0.is_empty() {
                         host.clone()
                     } else {
                         owner.0
                     };
-                    return Ok((ip, owner.1));
+                    found = Some((slot, (ip, owner.1)));
+                    break;
                 }
                 Err(e) if e.contains("cluster support disabled") => {
                     return Err(Error::WrongKind {
@@ -76,9 +88,11 @@ impl Cluster {
                 }
                 Err(e) => errors.push(format!("{host}:{port}: {e}")),
             }
-            if Instant::now() >= deadline {
-                break;
-            }
+        }
+        drop(pending);
+        if let Some((slot, owner)) = found {
+            self.slot = Some(slot);
+            return Ok(owner);
         }
         Err(Error::Connection {
             backend: self.shown.clone(),

@@ -144,7 +144,18 @@ impl Link {
         self.follow(deadline).await?;
         let mut conn = match self.conn.clone() {
             Some(conn) => conn,
-            None => self.connect(deadline).await?,
+            None => match self.connect(deadline).await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // A slot owner that cannot be reached (down, frozen) may
+                    // have been replaced by a promoted replica: look it up
+                    // again at the next attempt rather than retry it.
+                    if self.route.is_cluster() {
+                        self.master = None;
+                    }
+                    return Err(e.into());
+                }
+            },
         };
         // After connecting: `auto` counts the replicas the primary reported
         // then (or at the previous call).
@@ -179,7 +190,7 @@ impl Link {
                     || e.is_io_error()
                     || e.is_unrecoverable_error();
                 let timed_out = e.is_timeout();
-                if self.route.is_cluster() && (broken || cluster_redirect(&e)) {
+                if self.route.is_cluster() && (broken || timed_out || cluster_redirect(&e)) {
                     // Find the slot's owner afresh at the next attempt.
                     self.master = None;
                     self.conn = None;
