@@ -17,7 +17,7 @@ use tokio::time::Instant;
 const REPLACE_AFTER_TIMEOUTS: u32 = 2;
 
 /// The ACL leaderd needs, for the hint of a refused permission.
-pub(super) const ACL_HINT: &str = "check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +rpush +blpop +ping (and +wait +role with --redis-wait-replicas, +cluster|slots +cluster|keyslot +cluster|info in a Cluster)";
+pub(super) const ACL_HINT: &str = "check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +rpush +blpop +ping (and +wait +role with --redis-wait-replicas, +cluster|slots +cluster|keyslot +cluster|info in a Cluster, +info for Redlock to see a master's restarts)";
 
 /// The connection to Redis: made on demand, replaced when broken or when it
 /// keeps timing out.
@@ -49,11 +49,25 @@ pub(super) struct Link {
     /// Replicas the primary reported connected at the last look (`ROLE`),
     /// for `WaitReplicas::Auto`.
     pub(super) replicas: Option<u32>,
+    /// Redlock: when the server started, from `INFO server` on every new
+    /// connection (`None` when not tracked, or not known).
+    pub(super) started: Option<Started>,
+    pub(super) track_start: bool,
+}
+
+/// When the server behind a connection started, and which run it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Started {
+    pub(super) run_id: String,
+    pub(super) at: Instant,
 }
 
 /// One try of an operation: done, failed, or sent elsewhere by the cluster.
 enum Attempt {
     Failed(Error),
+    /// A connection that had worked was found broken (the server restarted,
+    /// a proxy reset it): worth one more try on a fresh one.
+    Broken(Error),
     Redirected,
 }
 
@@ -107,14 +121,25 @@ impl Link {
             }
             deadline = Instant::now() + budget;
         }
-        let first = self.attempt(call, write, deadline).await;
+        let mut first = self.attempt(call, write, deadline).await;
+        if let Err(Attempt::Broken(e)) = first {
+            // Found broken on its first use since the server went away: a
+            // request that never reached the server. Once more, on a fresh
+            // connection, within the same deadline.
+            tracing::debug!(error = %e, server = %self.url, "connection found broken; retrying once on a new one");
+            first = if Instant::now() < deadline {
+                self.attempt(call, write, deadline).await
+            } else {
+                Err(Attempt::Failed(e))
+            };
+        }
         match first {
             // The slot moved (a Cluster failover or resharding): once more,
             // on the owner found afresh, if there is time.
             Err(Attempt::Redirected) if Instant::now() < deadline => {
                 match self.attempt(call, write, deadline).await {
                     Ok(sent) => Ok(sent),
-                    Err(Attempt::Failed(e)) => Err(e),
+                    Err(Attempt::Failed(e) | Attempt::Broken(e)) => Err(e),
                     Err(Attempt::Redirected) => Err(self.moving(
                         "the cluster keeps moving the election's slot (MOVED/ASK); retrying",
                     )),
@@ -123,7 +148,7 @@ impl Link {
             Err(Attempt::Redirected) => {
                 Err(self.moving("the cluster moved the election's slot; following it"))
             }
-            Err(Attempt::Failed(e)) => Err(e),
+            Err(Attempt::Failed(e) | Attempt::Broken(e)) => Err(e),
             Ok(sent) => Ok(sent),
         }
     }
@@ -142,6 +167,7 @@ impl Link {
         deadline: Instant,
     ) -> Result<(Value, Replication), Attempt> {
         self.follow(deadline).await?;
+        let reused = self.conn.is_some();
         let mut conn = match self.conn.clone() {
             Some(conn) => conn,
             None => match self.connect(deadline).await {
@@ -212,7 +238,14 @@ impl Link {
             self.conn = None;
             self.timeouts_in_a_row = 0;
         }
-        result.map_err(Attempt::Failed)
+        let dropped = broken && !timed_out_now;
+        result.map_err(|e| {
+            if reused && dropped {
+                Attempt::Broken(e)
+            } else {
+                Attempt::Failed(e)
+            }
+        })
     }
 
     /// Moves to the node the route names when it is not the one we talk
@@ -254,6 +287,9 @@ impl Link {
         if let Err(e) = self.load_scripts(&mut conn, deadline).await {
             tracing::debug!(error = %e, "could not preload the lease scripts");
         }
+        if self.track_start {
+            self.note_start(&mut conn, deadline).await;
+        }
         if self.wait == WaitReplicas::Auto {
             let role_cmd = redis::cmd("ROLE");
             let role = role_cmd.query_async::<Value>(&mut conn);
@@ -262,6 +298,46 @@ impl Link {
             }
         }
         Ok(self.conn.insert(conn).clone())
+    }
+
+    /// Reads when the server started (`INFO server`: `run_id`,
+    /// `uptime_in_seconds`). A run id other than the last one seen counts
+    /// as a restart now, whatever the uptime says. Without an answer (no
+    /// `+info` in the ACL) the last knowledge stays.
+    async fn note_start(&mut self, conn: &mut MultiplexedConnection, deadline: Instant) {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("server");
+        let info = cmd.query_async::<String>(conn);
+        let text = match tokio::time::timeout_at(deadline, info).await {
+            Ok(Ok(text)) => text,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, server = %self.url, "cannot read INFO server; a restart of this master goes unseen");
+                return;
+            }
+            Err(_) => return,
+        };
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let (Some(run_id), Some(uptime)) = (
+            field("run_id"),
+            field("uptime_in_seconds").and_then(|u| u.parse::<u64>().ok()),
+        ) else {
+            return;
+        };
+        let now = Instant::now();
+        let at = match &self.started {
+            // The same run: keep the first estimate.
+            Some(s) if s.run_id == run_id => return,
+            Some(_) => now,
+            None => now.checked_sub(Duration::from_secs(uptime)).unwrap_or(now),
+        };
+        self.started = Some(Started {
+            run_id: run_id.to_string(),
+            at,
+        });
     }
 
     /// So that the first call after a (re)connect is one round trip, not

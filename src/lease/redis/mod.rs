@@ -125,6 +125,8 @@ impl RedisLease {
                 timeouts_in_a_row: 0,
                 wait: WaitReplicas::Count(0),
                 replicas: None,
+        started: None,
+        track_start: false,
             },
             lease_key,
             fence_key,

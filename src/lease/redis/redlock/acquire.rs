@@ -3,6 +3,14 @@
 //! refusals) is committed on every master that is ours; leadership counts
 //! only once a quorum committed, with enough of the lease's validity left
 //! after each phase. Anything short is given back on every master.
+//!
+//! A master that restarted less than a TTL ago does not vote a new holder
+//! in: it may have lost a lease that still stands (Redis without
+//! persistence, or with `appendfsync everysec`), and its vote plus one
+//! vacant master would be a quorum for anyone. This is the delayed restart
+//! the Redlock design asks operators for, enforced here. A win on fewer
+//! than every master puts the lease on the rest at once, so it does not
+//! rest on a bare quorum until the next renewal.
 
 use super::super::script::eval;
 use super::Redlock;
@@ -55,8 +63,48 @@ impl Redlock {
                 return Err(e);
             }
         };
-        let fencing = match tally::acquire(&judged.answers, self.quorum) {
-            Acquired::Won { fencing, .. } => fencing,
+        // A cold master's "ours" is not a vote (see the module's doc).
+        let cold = self.cold();
+        let votes: Vec<Answer> = judged
+            .answers
+            .iter()
+            .zip(&cold)
+            .map(|(a, cold)| match (a, cold) {
+                (Answer::Ours(_), Some(_)) => Answer::Failed,
+                (a, _) => a.clone(),
+            })
+            .collect();
+        let fencing = match tally::acquire(&votes, self.quorum) {
+            Acquired::Won { fencing, .. } => fencing.max(
+                judged
+                    .answers
+                    .iter()
+                    .filter_map(|a| match a {
+                        Answer::Ours(proposal) => Some(*proposal),
+                        _ => None,
+                    })
+                    .max()
+                    .unwrap_or(0),
+            ),
+            Acquired::Refused(_)
+                if matches!(
+                    tally::acquire(&judged.answers, self.quorum),
+                    Acquired::Won { .. }
+                ) =>
+            {
+                // Won, but only with the votes of masters that restarted
+                // within a TTL: wait until the first of them may vote.
+                self.give_back(Some(&judged.answers), false).await;
+                let warm_in = cold.iter().flatten().min().copied();
+                tracing::debug!(?warm_in, "a quorum only with restarted masters; waiting for them to count");
+                return Ok(Acquire::Held {
+                    holder: crate::lease::Holder {
+                        id: None,
+                        fencing_token: None,
+                    },
+                    expires_in: warm_in,
+                });
+            }
             Acquired::Refused(standing) => {
                 self.give_back(Some(&judged.answers), false).await;
                 return match standing {
@@ -107,9 +155,13 @@ impl Redlock {
                 .map(|(node, _)| node.invoke(&commit)),
         )
         .await;
+        let warm_ours = ours.iter().zip(&cold).filter(|(o, _)| **o).map(|(_, c)| c.is_none());
         let committed = commits
             .iter()
-            .filter(|c| matches!(c, Ok(Value::Array(v)) if v.first() == Some(&Value::Int(1))))
+            .zip(warm_ours)
+            .filter(|(c, warm)| {
+                *warm && matches!(c, Ok(Value::Array(v)) if v.first() == Some(&Value::Int(1)))
+            })
             .count();
         self.highest_fencing = self.highest_fencing.max(fencing);
         if committed < self.quorum {
@@ -128,9 +180,30 @@ impl Redlock {
         }
         self.fencing = fencing;
         self.valid_until = Some(self.timing.validity_end(sent_at));
+        if ours.iter().any(|o| !o) {
+            self.spread(&token, &ours, fencing).await;
+        }
         Ok(Acquire::Won {
             fencing_token: fencing,
             sent_at,
         })
+    }
+
+    /// Puts a lease just won on the masters that are not ours yet (vacant,
+    /// or that did not answer), where it is free: the `reclaim` a renewal
+    /// would do a third of a TTL later, done now.
+    async fn spread(&mut self, token: &str, ours: &[bool], fencing: u64) {
+        let call = eval(
+            &self.scripts.reclaim,
+            &[&self.keys.lease, &self.keys.fence],
+            &[&token, &self.ttl_ms(), &self.id_json, &fencing],
+        );
+        let rest = self.nodes.iter_mut().zip(ours).filter(|(_, ours)| !**ours);
+        let spread = join_all(rest.map(|(node, _)| node.invoke(&call))).await;
+        let placed = spread
+            .iter()
+            .filter(|r| matches!(r, Ok(Value::Array(v)) if v.first() == Some(&Value::Int(1))))
+            .count();
+        tracing::debug!(placed, of = spread.len(), "put the lease on the masters the win did not include");
     }
 }

@@ -91,6 +91,21 @@ impl Redlock {
         })
     }
 
+    /// For each master, how long it still counts as restarted (it started
+    /// less than a TTL ago), or `None` when it is warm or not known.
+    fn cold(&self) -> Vec<Option<Duration>> {
+        let now = Instant::now();
+        self.nodes
+            .iter()
+            .map(|n| {
+                let started = n.started.as_ref()?;
+                (started.at + self.timing.ttl)
+                    .checked_duration_since(now)
+                    .filter(|left| !left.is_zero())
+            })
+            .collect()
+    }
+
     fn ttl_ms(&self) -> u64 {
         self.timing.ttl.as_millis() as u64
     }
@@ -327,6 +342,8 @@ fn link(
         timeouts_in_a_row: 0,
         wait: WaitReplicas::Count(0),
         replicas: None,
+        started: None,
+        track_start: true,
     })
 }
 
