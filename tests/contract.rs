@@ -291,3 +291,119 @@ fn status_and_check_answer() {
         assert!(out.contains("# ok: reached"), "{name}: {out}");
     });
 }
+
+/// Whether a child started in `logs` is still running (more starts than
+/// stops).
+fn child_running(log: &Path) -> bool {
+    let events = probe_events(log);
+    let starts = events.iter().filter(|e| e.kind == "start").count();
+    let stops = events.iter().filter(|e| e.kind == "stop").count();
+    starts > stops
+}
+
+/// The contract's rule (a): the leader's release fails while the store is
+/// unreachable, the store comes back with its data, and the same
+/// candidate leads again in a new term, with a larger token.
+#[test]
+fn a_term_after_a_failed_release_has_a_larger_token() {
+    for_each_backend(|scene| {
+        let name = scene.name();
+        let key = support::key("contract-relead");
+        let node = candidate(scene, &key, "a", TTL, None);
+        node.wait_leading(PATIENCE);
+        let before = node.leader().unwrap().1["fencing_token"].as_u64().unwrap();
+        if !scene.cut() {
+            eprintln!("{name}: cannot be made unreachable (a local file); not applicable");
+            return;
+        }
+        eventually(PATIENCE, "the leader to step down", || {
+            (!node.is_leader()).then_some(())
+        });
+        // Longer than the TTL: the store keeps what it had, leases included.
+        std::thread::sleep(Duration::from_millis(2500));
+        scene.heal();
+        node.wait_leading(PATIENCE);
+        let after = node.leader().unwrap().1["fencing_token"].as_u64().unwrap();
+        assert!(after > before, "{name}: a new term reused a token: {after} after {before}");
+    });
+}
+
+/// The contract's rule (b): a lease deleted (or revoked, or its file
+/// unlinked) from outside while a child runs: nobody announced a release,
+/// so the next child starts only after the old one stopped.
+#[test]
+fn a_lease_deleted_from_outside_never_makes_two_children() {
+    for_each_backend(|scene| {
+        let name = scene.name();
+        let key = support::key("contract-delete");
+        let dir = support::Scratch::new(&format!("contract-delete-{}", support::os::below(1 << 30)));
+        let logs: Vec<_> = ["a", "b"].iter().map(|id| dir.join(id)).collect();
+        let nodes: Vec<Leaderd> = ["a", "b"]
+            .iter()
+            .zip(&logs)
+            .map(|(id, log)| candidate(scene, &key, id, TTL, Some(log)))
+            .collect();
+        for round in 0..3 {
+            let (leader, _) = support::the_leader(&nodes, PATIENCE);
+            eventually(PATIENCE, "the leader's child", || {
+                child_running(&logs[leader]).then_some(())
+            });
+            // At different points between two renewals.
+            std::thread::sleep(Duration::from_millis(150 * round));
+            let deleted = Instant::now();
+            scene.delete(&key);
+            // The holder steps down, or (Redlock) puts its lease back on the
+            // masters that lost it; either way the next round starts on a
+            // lease that stands again.
+            eventually(PATIENCE, "the old leader to step down or restore it", || {
+                (!nodes[leader].is_leader() || deleted.elapsed() > Duration::from_secs(2))
+                    .then_some(())
+            });
+        }
+        support::the_leader(&nodes, PATIENCE);
+        assert!(
+            support::most_alive(&logs) <= 1,
+            "{name}: two children ran at once"
+        );
+    });
+}
+
+/// The contract's rule (c): a store built to survive losing one node keeps
+/// electing while one node is frozen (SIGSTOP) past the TTL: a leader
+/// within the TTL, the retry interval and the store's own failover time,
+/// and never two children.
+#[test]
+fn one_node_frozen_past_the_ttl_leaves_a_leader_and_never_two() {
+    for_each_backend(|scene| {
+        let name = scene.name();
+        let key = support::key("contract-freeze");
+        let dir = support::Scratch::new(&format!("contract-freeze-{}", support::os::below(1 << 30)));
+        let logs: Vec<_> = ["a", "b"].iter().map(|id| dir.join(id)).collect();
+        let nodes: Vec<Leaderd> = ["a", "b"]
+            .iter()
+            .zip(&logs)
+            .map(|(id, log)| candidate(scene, &key, id, TTL, Some(log)))
+            .collect();
+        support::the_leader(&nodes, PATIENCE);
+        let frozen = Instant::now();
+        let Some(failover) = scene.freeze_one(&key) else {
+            eprintln!("{name}: one node; not applicable");
+            return;
+        };
+        // ttl + retry interval + failover, with room for a loaded machine.
+        let bound = Duration::from_millis(2000 + 300) + failover;
+        support::the_leader(&nodes, bound * 2 + Duration::from_secs(2));
+        let took = frozen.elapsed();
+        // Frozen past the TTL: a leader still (or again) at the end.
+        while frozen.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        support::the_leader(&nodes, bound * 2 + Duration::from_secs(2));
+        eprintln!("{name}: a leader {took:?} after one node froze");
+        scene.thaw_one();
+        assert!(
+            support::most_alive(&logs) <= 1,
+            "{name}: two children ran at once"
+        );
+    });
+}

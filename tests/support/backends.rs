@@ -21,6 +21,21 @@ pub trait Scene {
     /// Makes the backend unreachable; `false` when that cannot happen to it.
     fn cut(&mut self) -> bool;
     fn heal(&mut self);
+    /// Deletes (or revokes) the lease from outside, as an operator or a
+    /// cleanup would: nobody announced a release.
+    fn delete(&self, key: &str);
+    /// Freezes (SIGSTOP) one node of a store built to survive losing one,
+    /// the one that matters most for `key`, and returns the store's own
+    /// failover time; `None` for a store of one node.
+    fn freeze_one(&mut self, _key: &str) -> Option<Duration> {
+        None
+    }
+    fn thaw_one(&mut self) {}
+}
+
+/// The lease key deleted on `redis`.
+fn delete_on(redis: &Redis, key: &str) {
+    redis.cmd(&["DEL", &format!("leaderd:{{{key}}}:lease")]);
 }
 
 /// The lease's remaining time on `redis`.
@@ -98,6 +113,9 @@ impl Scene for RedisScene {
         self.redis.pause();
         true
     }
+    fn delete(&self, key: &str) {
+        delete_on(&self.redis, key);
+    }
     fn heal(&mut self) {
         self.redis.resume();
     }
@@ -142,6 +160,9 @@ impl Scene for LockFileScene {
         false
     }
     fn heal(&mut self) {}
+    fn delete(&self, key: &str) {
+        std::fs::remove_file(self.path(key)).expect("the lock file exists while held");
+    }
 }
 
 impl Drop for LockFileScene {
@@ -201,17 +222,31 @@ impl Scene for SentinelScene {
             sentinel.resume();
         }
     }
+    fn delete(&self, key: &str) {
+        delete_on(self.rig.master_node(), key);
+    }
+    /// One sentinel of three: the other two are a majority.
+    fn freeze_one(&mut self, _key: &str) -> Option<Duration> {
+        self.rig.sentinels[0].pause();
+        Some(Duration::ZERO)
+    }
+    fn thaw_one(&mut self) {
+        self.rig.sentinels[0].resume();
+    }
 }
 
-/// Redis Cluster of three primaries: the lease on the slot's owner.
+/// Redis Cluster of three primaries, a replica each: the lease on the
+/// slot's owner.
 pub struct ClusterScene {
     rig: super::cluster::ClusterRig,
+    frozen: Option<u16>,
 }
 
 impl ClusterScene {
     pub fn start() -> Box<dyn Scene> {
         Box::new(ClusterScene {
-            rig: super::cluster::ClusterRig::start(3, 0),
+            rig: super::cluster::ClusterRig::start(3, 1),
+            frozen: None,
         })
     }
 
@@ -254,6 +289,27 @@ impl Scene for ClusterScene {
     fn heal(&mut self) {
         for node in &self.rig.nodes {
             node.resume();
+        }
+        // The cluster may have failed primaries over while frozen.
+        self.rig.wait_ready();
+    }
+    fn delete(&self, key: &str) {
+        delete_on(self.owner(key), key);
+    }
+    /// The slot's owner: its replica is promoted after the cluster's node
+    /// timeout (1 s), noticed a little later.
+    fn freeze_one(&mut self, key: &str) -> Option<Duration> {
+        let owner = self.owner(key);
+        owner.pause();
+        self.frozen = Some(owner.port);
+        Some(Duration::from_secs(3))
+    }
+    fn thaw_one(&mut self) {
+        if let Some(port) = self.frozen.take() {
+            for node in self.rig.nodes.iter().filter(|n| n.port == port) {
+                node.resume();
+            }
+            self.rig.wait_ready();
         }
     }
 }
@@ -317,6 +373,19 @@ impl Scene for RedlockScene {
         for node in &self.masters.nodes[..self.masters.quorum()] {
             node.resume();
         }
+    }
+    fn delete(&self, key: &str) {
+        for node in &self.masters.nodes {
+            delete_on(node, key);
+        }
+    }
+    /// One master: the others are a majority.
+    fn freeze_one(&mut self, _key: &str) -> Option<Duration> {
+        self.masters.nodes[0].pause();
+        Some(Duration::ZERO)
+    }
+    fn thaw_one(&mut self) {
+        self.masters.nodes[0].resume();
     }
 }
 
@@ -391,23 +460,30 @@ impl Scene for PgScene {
     fn heal(&mut self) {
         self.proxy.thaw();
     }
+    fn delete(&self, key: &str) {
+        self.pg
+            .sql(&format!("DELETE FROM leaderd_lease WHERE key = '{key}'"));
+    }
 }
 
 /// etcd: one member, or a cluster of three.
 pub struct EtcdScene {
     etcd: super::etcd::Etcd,
+    frozen: Option<usize>,
 }
 
 impl EtcdScene {
     pub fn one() -> Box<dyn Scene> {
         Box::new(EtcdScene {
             etcd: super::etcd::Etcd::start(1),
+            frozen: None,
         })
     }
 
     pub fn three() -> Box<dyn Scene> {
         Box::new(EtcdScene {
             etcd: super::etcd::Etcd::start(3),
+            frozen: None,
         })
     }
 }
@@ -441,6 +517,25 @@ impl Scene for EtcdScene {
     fn heal(&mut self) {
         for m in &self.etcd.members {
             m.resume();
+        }
+    }
+    fn delete(&self, key: &str) {
+        self.etcd.ctl_ok(&["del", &format!("leaderd/{key}/leader")]);
+    }
+    /// The etcd leader: the others elect a new one within the election
+    /// timeout (500 ms in the fixtures).
+    fn freeze_one(&mut self, _key: &str) -> Option<Duration> {
+        if self.etcd.members.len() < 3 {
+            return None;
+        }
+        let leader = self.etcd.leader().unwrap_or(0);
+        self.etcd.members[leader].pause();
+        self.frozen = Some(leader);
+        Some(Duration::from_secs(1))
+    }
+    fn thaw_one(&mut self) {
+        if let Some(i) = self.frozen.take() {
+            self.etcd.members[i].resume();
         }
     }
 }

@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 pub struct RedisLease {
     link: Link,
     lease_key: String,
+    term_key: String,
     fence_key: String,
     wake_key: String,
     channel: String,
@@ -48,6 +49,9 @@ pub struct RedisLease {
 /// The names of an election's keys and channel (PRODUCT §5).
 pub struct Keys {
     pub lease: String,
+    /// The term record: written and renewed with the lease, deleted only by
+    /// its release, so a lease deleted from outside still shows its holder.
+    pub term: String,
     pub fence: String,
     pub wake: String,
     pub channel: String,
@@ -58,6 +62,7 @@ pub struct Keys {
 pub fn keys(key: &str) -> Keys {
     Keys {
         lease: format!("leaderd:{{{key}}}:lease"),
+        term: format!("leaderd:{{{key}}}:term"),
         fence: format!("leaderd:{{{key}}}:fence"),
         wake: format!("leaderd:{{{key}}}:wake"),
         channel: format!("leaderd:{{{key}}}:released"),
@@ -107,6 +112,7 @@ impl RedisLease {
     ) -> Self {
         let Keys {
             lease: lease_key,
+            term: term_key,
             fence: fence_key,
             wake: wake_key,
             channel,
@@ -129,6 +135,7 @@ impl RedisLease {
         track_start: false,
             },
             lease_key,
+            term_key,
             fence_key,
             wake_key,
             channel,
@@ -163,7 +170,7 @@ impl RedisLease {
         let sent_at = Instant::now();
         let call = eval(
             &self.scripts.acquire,
-            &[&self.lease_key, &self.fence_key],
+            &[&self.lease_key, &self.fence_key, &self.term_key],
             &[&token, &self.id_json, &self.ttl_ms, &self.highest_fencing],
         );
         let (reply, replication) =
@@ -218,7 +225,7 @@ impl RedisLease {
         let sent_at = Instant::now();
         let call = eval(
             &self.scripts.renew,
-            &[&self.lease_key],
+            &[&self.lease_key, &self.term_key],
             &[&token, &self.ttl_ms],
         );
         let (reply, replication) = self.link.write(&call).await?;
@@ -243,7 +250,7 @@ impl RedisLease {
         };
         let call = eval(
             &self.scripts.release,
-            &[&self.lease_key, &self.wake_key],
+            &[&self.lease_key, &self.wake_key, &self.term_key],
             &[
                 &token,
                 &self.channel,
@@ -261,7 +268,7 @@ impl RedisLease {
     }
 
     async fn peek_op(&mut self) -> Result<Peek, Error> {
-        let call = eval(&self.scripts.peek, &[&self.lease_key], &[]);
+        let call = eval(&self.scripts.peek, &[&self.lease_key, &self.term_key], &[]);
         let reply = self
             .link
             .invoke(&call)
@@ -431,6 +438,7 @@ mod tests {
     fn keys_share_one_hash_tag() {
         let k = keys("jobs");
         assert_eq!(k.lease, "leaderd:{jobs}:lease");
+        assert_eq!(k.term, "leaderd:{jobs}:term");
         assert_eq!(k.fence, "leaderd:{jobs}:fence");
         assert_eq!(k.wake, "leaderd:{jobs}:wake");
         assert_eq!(k.channel, "leaderd:{jobs}:released");

@@ -1,11 +1,13 @@
--- Acquire: KEYS[1] lease, KEYS[2] fence counter.
+-- Acquire: KEYS[1] lease, KEYS[2] fence counter, KEYS[3] term record.
 -- ARGV[1] ownership token, ARGV[2] holder id as a JSON string, ARGV[3] ttl ms,
 -- ARGV[4] the highest fencing token this candidate has seen.
 -- Returns {1, fencing_token} when the lease is ours, else held_by's reply.
 -- A lease already ours (an earlier, timed-out attempt with the same token
 -- won, or the caller stepped down and could not release) is taken again as
 -- a new term: every acquisition gets a larger token.
-local lease, holder = held_by(KEYS[1])
+-- A term record without its lease (deleted from outside) is held like one:
+-- its holder may still be working until it notices.
+local lease, holder = held_or_term(KEYS[1], KEYS[3])
 local ours = lease and lease.owner == redis.sha1hex(ARGV[1])
 if not ours and holder[4] ~= -2 then
   return holder
@@ -26,4 +28,5 @@ redis.call('SET', KEYS[2], string.format('%d', fencing))
 -- release someone else's lease.
 local value = '{"id":' .. ARGV[2] .. ',"fencing_token":' .. string.format('%d', fencing) .. ',"owner":"' .. redis.sha1hex(ARGV[1]) .. '"}'
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
+redis.call('SET', KEYS[3], value, 'PX', ARGV[3])
 return {1, fencing}

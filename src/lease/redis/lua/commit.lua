@@ -1,4 +1,5 @@
--- Commit (Redlock, phase two): KEYS[1] lease, KEYS[2] fence counter;
+-- Commit (Redlock, phase two): KEYS[1] lease, KEYS[2] fence counter,
+-- KEYS[3] term record;
 -- ARGV[1] ownership token, ARGV[2] holder id as a JSON string, ARGV[3] the
 -- fencing token chosen over all nodes (at least this node's proposal).
 -- If the lease is still ours, it carries that token from now on (its expiry
@@ -20,4 +21,5 @@ if last < fencing then
 end
 local value = '{"id":' .. ARGV[2] .. ',"fencing_token":' .. string.format('%d', fencing) .. ',"owner":"' .. redis.sha1hex(ARGV[1]) .. '"}'
 redis.call('SET', KEYS[1], value, 'PX', pttl)
+redis.call('SET', KEYS[3], value, 'PX', pttl)
 return {1, fencing}

@@ -17,3 +17,16 @@ local function held_by(key)
   if type(fencing) ~= 'number' then fencing = false end
   return lease, {0, id, fencing, pttl}
 end
+
+-- The lease at `key`; when there is none, the term record at `term` (written
+-- and renewed with every lease, deleted by its release): a lease deleted
+-- from outside while its holder still renews, and may still be working.
+-- Waiters wait for the record as for a lease.
+local function held_or_term(key, term)
+  local lease, holder = held_by(key)
+  if holder[4] ~= -2 then
+    return lease, holder, false
+  end
+  local record, standing = held_by(term)
+  return record, standing, record ~= nil
+end

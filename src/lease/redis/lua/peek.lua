@@ -1,3 +1,4 @@
--- Peek: KEYS[1] lease. Returns held_by's reply; {0, false, false, -2} when vacant.
-local _, holder = held_by(KEYS[1])
+-- Peek: KEYS[1] lease, KEYS[2] term record. Returns held_or_term's reply;
+-- {0, false, false, -2} when vacant.
+local _, holder = held_or_term(KEYS[1], KEYS[2])
 return holder

@@ -1,4 +1,5 @@
--- Release: KEYS[1] lease, KEYS[2] wake list; ARGV[1] ownership token,
+-- Release: KEYS[1] lease, KEYS[2] wake list, KEYS[3] term record;
+-- ARGV[1] ownership token,
 -- ARGV[2] release channel, ARGV[3] wake copies, ARGV[4] wake linger (ms).
 -- Deletes the lease only if it is still ours and, in the same atomic step,
 -- wakes a few waiters: each entry pushed on the wake list goes to one
@@ -7,8 +8,14 @@
 -- giving back a partial acquire, which ended no one's leadership and must
 -- not wake waiters (two refused candidates would wake each other without
 -- end). Returns 1 if released, else 0.
+local owner = redis.sha1hex(ARGV[1])
+local record = held_by(KEYS[3])
+if record and record.owner == owner then
+  -- Our term ends here: the work has stopped (an announced release).
+  redis.call('DEL', KEYS[3])
+end
 local lease = held_by(KEYS[1])
-if lease and lease.owner == redis.sha1hex(ARGV[1]) then
+if lease and lease.owner == owner then
   local id = lease.id or ''
   redis.call('DEL', KEYS[1])
   if tonumber(ARGV[3]) == 0 then

@@ -52,7 +52,7 @@ impl Redlock {
         let sent_at = Instant::now();
         let call = eval(
             &self.scripts.acquire,
-            &[&self.keys.lease, &self.keys.fence],
+            &[&self.keys.lease, &self.keys.fence, &self.keys.term],
             &[&token, &self.id_json, &self.ttl_ms(), &self.highest_fencing],
         );
         let replies = self.on_all(&call).await;
@@ -139,7 +139,7 @@ impl Redlock {
         // Phase two, on the masters that are ours.
         let commit = eval(
             &self.scripts.commit,
-            &[&self.keys.lease, &self.keys.fence],
+            &[&self.keys.lease, &self.keys.fence, &self.keys.term],
             &[&token, &self.id_json, &fencing],
         );
         let ours: Vec<bool> = judged
@@ -195,7 +195,7 @@ impl Redlock {
     async fn spread(&mut self, token: &str, ours: &[bool], fencing: u64) {
         let call = eval(
             &self.scripts.reclaim,
-            &[&self.keys.lease, &self.keys.fence],
+            &[&self.keys.lease, &self.keys.fence, &self.keys.term],
             &[&token, &self.ttl_ms(), &self.id_json, &fencing],
         );
         let rest = self.nodes.iter_mut().zip(ours).filter(|(_, ours)| !**ours);

@@ -187,7 +187,7 @@ impl Redlock {
         };
         let call = eval(
             &self.scripts.reclaim,
-            &[&self.keys.lease, &self.keys.fence],
+            &[&self.keys.lease, &self.keys.fence, &self.keys.term],
             &[&token, &self.ttl_ms(), &self.id_json, &restore],
         );
         let replies = self.on_all(&call).await;
@@ -239,7 +239,7 @@ impl Redlock {
         };
         let call = eval(
             &self.scripts.release,
-            &[&self.keys.lease, &self.keys.wake],
+            &[&self.keys.lease, &self.keys.wake, &self.keys.term],
             &[
                 &token,
                 &self.keys.channel,
@@ -293,7 +293,7 @@ impl Redlock {
     }
 
     async fn peek_op(&mut self) -> Result<Peek, Error> {
-        let call = eval(&self.scripts.peek, &[&self.keys.lease], &[]);
+        let call = eval(&self.scripts.peek, &[&self.keys.lease, &self.keys.term], &[]);
         let replies = self.on_all(&call).await;
         let judged = self.answers(replies)?;
         Ok(match tally::standing(&judged.answers, self.quorum) {
