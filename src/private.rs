@@ -44,7 +44,10 @@ pub fn create_per_user_dir(dir: &Path) -> Result<(), String> {
     match DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(format!("cannot create the directory {}: {e}", dir.display())),
+        Err(e) => Err(format!(
+            "cannot create the directory {}: {e}",
+            dir.display()
+        )),
     }
 }
 
@@ -145,7 +148,8 @@ mod tests {
     use super::*;
 
     fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("leaderd-private-{name}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("leaderd-private-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         DirBuilder::new().mode(0o700).create(&dir).unwrap();
         dir

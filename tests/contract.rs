@@ -324,7 +324,10 @@ fn a_term_after_a_failed_release_has_a_larger_token() {
         scene.heal();
         node.wait_leading(PATIENCE);
         let after = node.leader().unwrap().1["fencing_token"].as_u64().unwrap();
-        assert!(after > before, "{name}: a new term reused a token: {after} after {before}");
+        assert!(
+            after > before,
+            "{name}: a new term reused a token: {after} after {before}"
+        );
     });
 }
 
@@ -336,7 +339,8 @@ fn a_lease_deleted_from_outside_never_makes_two_children() {
     for_each_backend(|scene| {
         let name = scene.name();
         let key = support::key("contract-delete");
-        let dir = support::Scratch::new(&format!("contract-delete-{}", support::os::below(1 << 30)));
+        let dir =
+            support::Scratch::new(&format!("contract-delete-{}", support::os::below(1 << 30)));
         let logs: Vec<_> = ["a", "b"].iter().map(|id| dir.join(id)).collect();
         let nodes: Vec<Leaderd> = ["a", "b"]
             .iter()
@@ -355,10 +359,14 @@ fn a_lease_deleted_from_outside_never_makes_two_children() {
             // The holder steps down, or (Redlock) puts its lease back on the
             // masters that lost it; either way the next round starts on a
             // lease that stands again.
-            eventually(PATIENCE, "the old leader to step down or restore it", || {
-                (!nodes[leader].is_leader() || deleted.elapsed() > Duration::from_secs(2))
-                    .then_some(())
-            });
+            eventually(
+                PATIENCE,
+                "the old leader to step down or restore it",
+                || {
+                    (!nodes[leader].is_leader() || deleted.elapsed() > Duration::from_secs(2))
+                        .then_some(())
+                },
+            );
         }
         support::the_leader(&nodes, PATIENCE);
         assert!(
@@ -377,7 +385,8 @@ fn one_node_frozen_past_the_ttl_leaves_a_leader_and_never_two() {
     for_each_backend(|scene| {
         let name = scene.name();
         let key = support::key("contract-freeze");
-        let dir = support::Scratch::new(&format!("contract-freeze-{}", support::os::below(1 << 30)));
+        let dir =
+            support::Scratch::new(&format!("contract-freeze-{}", support::os::below(1 << 30)));
         let logs: Vec<_> = ["a", "b"].iter().map(|id| dir.join(id)).collect();
         let nodes: Vec<Leaderd> = ["a", "b"]
             .iter()

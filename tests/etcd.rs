@@ -139,7 +139,10 @@ fn a_term_after_a_failed_release_and_a_cluster_restart_has_a_larger_token() {
         member.restart();
     }
     let (_, after) = the_leader(std::slice::from_ref(&a), PATIENCE);
-    assert!(after > before, "a new term reused a token: {after} after {before}");
+    assert!(
+        after > before,
+        "a new term reused a token: {after} after {before}"
+    );
     assert!(most_alive(&[log]) <= 1);
 }
 
@@ -161,17 +164,15 @@ fn a_lease_taken_away_from_outside_never_makes_two_children() {
                 let lease = lease_of(&r.etcd, &r.key).expect("the leader key has a lease");
                 r.etcd.ctl_ok(&["lease", "revoke", &lease]);
             } else {
-                r.etcd.ctl_ok(&["del", &format!("leaderd/{}/leader", r.key)]);
+                r.etcd
+                    .ctl_ok(&["del", &format!("leaderd/{}/leader", r.key)]);
             }
             eventually(PATIENCE, "the old leader to step down", || {
                 (!r.nodes[leader].is_leader()).then_some(())
             });
         }
         the_leader(&r.nodes, PATIENCE);
-        assert!(
-            most_alive(&r.logs) <= 1,
-            "{how}: two children ran at once"
-        );
+        assert!(most_alive(&r.logs) <= 1, "{how}: two children ran at once");
     }
 }
 

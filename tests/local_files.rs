@@ -139,7 +139,10 @@ fn a_directory_others_can_swap_files_in_is_refused() {
         support::path_str(&socket),
     ]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("admin.socket") && err.contains("sticky"), "{err}");
+    assert!(
+        err.contains("admin.socket") && err.contains("sticky"),
+        "{err}"
+    );
 }
 
 /// As root, with `nobody` as the other local user: a lock file of theirs at

@@ -31,7 +31,7 @@ mod pem;
 pub mod postgres;
 pub mod redis;
 mod rewatch;
-mod vacancy;
+pub(crate) mod vacancy;
 
 use crate::config::{BackendConfig, Config};
 use std::future::Future;
@@ -210,6 +210,21 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///   than every earlier one for the key, even after the backend lost its
 ///   data: the backend keeps a floor (the highest token it has seen) and may
 ///   add one of its own (Redis: the server's clock in ms).
+/// - **New terms.** Every acquisition is a new term with a new, larger
+///   token, also after a step-down, a failed release, a lost session or a
+///   restart of the store: a token an earlier term used is never handed
+///   back, whatever the store kept (etcd restores leases after a restart).
+/// - **Vacancies.** A waiter takes a lease at once only after a release
+///   its holder announced (the holder announces after its work stopped).
+///   A lease that disappeared any other way (deleted, revoked, evicted, its
+///   file unlinked) may still have a holder at work, which learns of it at
+///   its next look at the store: `acquire` answers `Held` until that
+///   holder's work must have stopped (at most a TTL after its last renewal;
+///   the pure verdict is `vacancy`), and the holder learns of the loss as
+///   soon as the store can tell it (a watch wakes it to renew).
+/// - **Nodes.** A store that survives losing a node keeps its leader when
+///   one node is lost: ask several nodes side by side, decide as soon as
+///   enough have answered, and never let one silent node spend the deadline.
 /// - **Refusals.** `Held` says who holds the lease and, when known, for how
 ///   long: waiters sleep until then. A lease nobody can ever take over (a
 ///   foreign value, no expiry, a wrong type) is [`Error::Blocked`], never

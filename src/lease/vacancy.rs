@@ -80,7 +80,7 @@ mod tests {
     fn verdicts() {
         let t0 = Instant::now();
         // (what was seen held: term, expiry offset), (vacant term, at), verdict
-        type Row = (Option<(u64, u64)>, (u64, u64), Verdict);
+        type Row = (Option<(u64, u32)>, (u64, u32), Verdict);
         let rows: [Row; 6] = [
             // Never looked: a TTL from now.
             (None, (7, 0), Verdict::Wait(TTL)),

@@ -129,7 +129,10 @@ impl EtcdLease {
     async fn read(&mut self) -> Result<Option<Current>, Error> {
         let reply = self
             .client
-            .call("kv/range", &json!({ "key": b64(self.keys.leader.as_bytes()) }))
+            .call(
+                "kv/range",
+                &json!({ "key": b64(self.keys.leader.as_bytes()) }),
+            )
             .await?;
         Ok(reply["kvs"].get(0).map(term::current))
     }
@@ -251,7 +254,9 @@ impl EtcdLease {
         if current.lease != lease {
             self.revoke(lease).await;
             self.lease = None;
-            return Ok(self.held(current.holder, current.revision, current.lease).await);
+            return Ok(self
+                .held(current.holder, current.revision, current.lease)
+                .await);
         }
         if current.revision > self.spent {
             // Our earlier attempt won after all; its token was never handed out.

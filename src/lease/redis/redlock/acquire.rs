@@ -96,7 +96,10 @@ impl Redlock {
                 // within a TTL: wait until the first of them may vote.
                 self.give_back(Some(&judged.answers), false).await;
                 let warm_in = cold.iter().flatten().min().copied();
-                tracing::debug!(?warm_in, "a quorum only with restarted masters; waiting for them to count");
+                tracing::debug!(
+                    ?warm_in,
+                    "a quorum only with restarted masters; waiting for them to count"
+                );
                 return Ok(Acquire::Held {
                     holder: crate::lease::Holder {
                         id: None,
@@ -155,7 +158,11 @@ impl Redlock {
                 .map(|(node, _)| node.invoke(&commit)),
         )
         .await;
-        let warm_ours = ours.iter().zip(&cold).filter(|(o, _)| **o).map(|(_, c)| c.is_none());
+        let warm_ours = ours
+            .iter()
+            .zip(&cold)
+            .filter(|(o, _)| **o)
+            .map(|(_, c)| c.is_none());
         let committed = commits
             .iter()
             .zip(warm_ours)
@@ -204,6 +211,10 @@ impl Redlock {
             .iter()
             .filter(|r| matches!(r, Ok(Value::Array(v)) if v.first() == Some(&Value::Int(1))))
             .count();
-        tracing::debug!(placed, of = spread.len(), "put the lease on the masters the win did not include");
+        tracing::debug!(
+            placed,
+            of = spread.len(),
+            "put the lease on the masters the win did not include"
+        );
     }
 }

@@ -293,7 +293,11 @@ impl Redlock {
     }
 
     async fn peek_op(&mut self) -> Result<Peek, Error> {
-        let call = eval(&self.scripts.peek, &[&self.keys.lease, &self.keys.term], &[]);
+        let call = eval(
+            &self.scripts.peek,
+            &[&self.keys.lease, &self.keys.term],
+            &[],
+        );
         let replies = self.on_all(&call).await;
         let judged = self.answers(replies)?;
         Ok(match tally::standing(&judged.answers, self.quorum) {
