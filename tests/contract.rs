@@ -114,7 +114,8 @@ fn sigterm_hands_over_at_once_and_the_next_child_starts_after_the_last_stopped()
             .zip(&logs)
             .map(|(id, log)| candidate(scene, &key, id, "20s", Some(log)))
             .collect();
-        let (leader, token) = support::the_leader(&nodes, PATIENCE);
+        // Redlock's masters, just started, vote only a TTL after their start.
+        let (leader, token) = support::the_leader(&nodes, Duration::from_secs(20) + PATIENCE);
         let started = eventually(PATIENCE, "the leader's child", || {
             probe_events(&logs[leader])
                 .into_iter()

@@ -31,6 +31,19 @@ pub trait Scene {
         None
     }
     fn thaw_one(&mut self) {}
+    /// kill -9 of every server process, keeping what the store persists;
+    /// `false` when the store has no process (a local file).
+    fn crash(&mut self) -> bool {
+        false
+    }
+    /// Starts what [`Scene::crash`] killed, on the same ports and data.
+    fn recover(&mut self) {}
+    /// kill -9 and restart of node `which` (modulo the node count) of a store
+    /// of several nodes, with its data where it keeps any; `false` for a
+    /// store of one node.
+    fn restart_one(&mut self, _which: usize) -> bool {
+        false
+    }
 }
 
 /// The lease key deleted on `redis`.
@@ -116,6 +129,14 @@ impl Scene for RedisScene {
     fn delete(&self, key: &str) {
         delete_on(&self.redis, key);
     }
+    /// No persistence: it comes back empty.
+    fn crash(&mut self) -> bool {
+        self.redis.kill();
+        true
+    }
+    fn recover(&mut self) {
+        self.redis.restart();
+    }
     fn heal(&mut self) {
         self.redis.resume();
     }
@@ -161,7 +182,8 @@ impl Scene for LockFileScene {
     }
     fn heal(&mut self) {}
     fn delete(&self, key: &str) {
-        std::fs::remove_file(self.path(key)).expect("the lock file exists while held");
+        // Absent between two holders is fine: nothing to delete.
+        let _ = std::fs::remove_file(self.path(key));
     }
 }
 
@@ -387,6 +409,12 @@ impl Scene for RedlockScene {
     fn thaw_one(&mut self) {
         self.masters.nodes[0].resume();
     }
+    /// Restarted empty (no persistence).
+    fn restart_one(&mut self, which: usize) -> bool {
+        let n = self.masters.nodes.len();
+        self.masters.nodes[which % n].restart();
+        true
+    }
 }
 
 /// PostgreSQL, reached through a loopback proxy that can partition it.
@@ -464,6 +492,14 @@ impl Scene for PgScene {
         self.pg
             .sql(&format!("DELETE FROM leaderd_lease WHERE key = '{key}'"));
     }
+    /// `pg_ctl stop -m immediate`: its data stays.
+    fn crash(&mut self) -> bool {
+        self.pg.stop_immediate();
+        true
+    }
+    fn recover(&mut self) {
+        self.pg.restart();
+    }
 }
 
 /// etcd: one member, or a cluster of three.
@@ -537,5 +573,25 @@ impl Scene for EtcdScene {
         if let Some(i) = self.frozen.take() {
             self.etcd.members[i].resume();
         }
+    }
+    /// Every member killed; they come back with their data directories.
+    fn crash(&mut self) -> bool {
+        for m in &mut self.etcd.members {
+            m.kill();
+        }
+        true
+    }
+    fn recover(&mut self) {
+        for m in &mut self.etcd.members {
+            m.restart();
+        }
+    }
+    fn restart_one(&mut self, which: usize) -> bool {
+        let n = self.etcd.members.len();
+        if n < 3 {
+            return false;
+        }
+        self.etcd.members[which % n].restart();
+        true
     }
 }

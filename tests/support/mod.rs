@@ -462,8 +462,14 @@ pub fn spawn_example(
 /// change its configuration. The HTTP API is off unless a test asks for it
 /// (`--http` wins over the env): `check` binds the address as `run` would,
 /// and tests run in parallel.
+/// The binary under test: this build's, or `LEADERD_TEST_BIN` (the nemesis
+/// runs an older build against the same fixtures).
+pub fn bin() -> String {
+    std::env::var("LEADERD_TEST_BIN").unwrap_or_else(|_| BIN.to_string())
+}
+
 pub fn command(args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(bin());
     cmd.args(args)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())

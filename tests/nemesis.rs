@@ -1,0 +1,154 @@
+//! The nemesis (issue #24): a randomized fault soak over every backend, on
+//! the test fixtures' real servers, judged afterwards by checkers over the
+//! recorded history — Jepsen's generator / nemesis / checker split.
+//! Run it through `scripts/nemesis` (options there, and in
+//! docs/development.md); `cargo test` runs this binary without arguments,
+//! which does nothing.
+//!
+//! - [`schedule`]: the fault schedule, drawn from a seed;
+//! - [`history`]: what is recorded (`/leader` answers, `/proc` samples, the
+//!   children's own lines, the faults);
+//! - [`checkers`]: C1–C6, pure functions of the history;
+//! - [`sanity`]: a planted violation for each checker (`--sanity`).
+
+mod support;
+
+#[path = "nemesis/checkers.rs"]
+mod checkers;
+#[path = "nemesis/history.rs"]
+mod history;
+#[path = "nemesis/run.rs"]
+mod run;
+#[path = "nemesis/sanity.rs"]
+mod sanity;
+#[path = "nemesis/schedule.rs"]
+mod schedule;
+
+use support::backends::{
+    ClusterScene, EtcdScene, LockFileScene, PgScene, RedisScene, RedlockScene, Scene, SentinelScene,
+};
+
+type StartScene = fn() -> Box<dyn Scene>;
+
+/// Every backend the nemesis runs, by the name `--backend` takes, and the
+/// name `leaderd::lease::BACKENDS` registers it under.
+const BACKENDS: [(&str, &str, StartScene); 9] = [
+    ("lock-file", "lock-file", LockFileScene::start),
+    ("redis", "redis", RedisScene::start),
+    ("redis-tls", "redis", RedisScene::start_tls),
+    ("sentinel", "redis", SentinelScene::start),
+    ("cluster", "redis", ClusterScene::start),
+    ("redlock", "redlock", RedlockScene::start3),
+    ("postgres-table", "postgres-table", PgScene::table),
+    ("postgres-advisory", "postgres-advisory", PgScene::advisory),
+    ("etcd", "etcd", EtcdScene::three),
+];
+
+struct Options {
+    backends: Vec<String>,
+    seconds: u64,
+    seed: u64,
+    candidates: usize,
+    sanity: bool,
+}
+
+fn usage() -> String {
+    let names: Vec<&str> = BACKENDS.iter().map(|b| b.0).collect();
+    format!(
+        "usage: scripts/nemesis [--backend NAME]... [--seconds N] [--seed S] [--candidates K] [--sanity]\n  backends: {}",
+        names.join(", ")
+    )
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        backends: Vec::new(),
+        seconds: 60,
+        seed: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64 % 1_000_000),
+        candidates: 3,
+        sanity: false,
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |what: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{arg} needs {what}\n{}", usage()))
+        };
+        match arg.as_str() {
+            "--backend" => o.backends.push(value("a backend name")?),
+            "--seconds" => {
+                o.seconds = value("a number")?
+                    .parse()
+                    .map_err(|e| format!("--seconds: {e}"))?
+            }
+            "--seed" => {
+                o.seed = value("a number")?
+                    .parse()
+                    .map_err(|e| format!("--seed: {e}"))?
+            }
+            "--candidates" => {
+                o.candidates = value("a number")?
+                    .parse()
+                    .map_err(|e| format!("--candidates: {e}"))?
+            }
+            "--sanity" => o.sanity = true,
+            "--nemesis" => {}
+            other => return Err(format!("unknown option {other}\n{}", usage())),
+        }
+    }
+    for name in &o.backends {
+        if !BACKENDS.iter().any(|b| b.0 == name) {
+            return Err(format!("no backend {name:?}\n{}", usage()));
+        }
+    }
+    if o.candidates < 2 {
+        return Err("--candidates: at least 2, or nothing can overlap".into());
+    }
+    Ok(o)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo test` runs every test binary: without `--nemesis` (which
+    // scripts/nemesis passes) this one has nothing to do.
+    if !args.iter().any(|a| a == "--nemesis") {
+        println!("nemesis: run it with scripts/nemesis (see docs/development.md)");
+        return;
+    }
+    let options = match parse(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    if options.sanity {
+        std::process::exit(sanity::run());
+    }
+    // Every registered backend has a nemesis scene.
+    for registered in leaderd::lease::BACKENDS {
+        assert!(
+            BACKENDS.iter().any(|b| b.1 == registered),
+            "the backend {registered} has no nemesis scene"
+        );
+    }
+    let chosen: Vec<&(&str, &str, StartScene)> = BACKENDS
+        .iter()
+        .filter(|b| options.backends.is_empty() || options.backends.iter().any(|n| n == b.0))
+        .collect();
+    let mut failed = false;
+    for (name, _, start) in chosen {
+        let outcome = run::soak(
+            name,
+            *start,
+            options.seed,
+            std::time::Duration::from_secs(options.seconds),
+            options.candidates,
+        );
+        failed |= !outcome;
+    }
+    std::process::exit(i32::from(failed));
+}

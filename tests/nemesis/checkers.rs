@@ -1,0 +1,305 @@
+//! The nemesis's checkers: pure functions of a [`History`], each returning
+//! its verdict and its figure. `--sanity` plants a violation for each and
+//! shows that it fails.
+//!
+//! - C1: never two children alive at once, from the children's own
+//!   timestamps, and from `/proc` samples (a child killed with SIGKILL
+//!   writes no stop line: its end is the first sample without it).
+//! - C2: fencing tokens strictly increase in child-start order (with the
+//!   default `--on-child-exit release`, every child is a new term).
+//! - C3: `/leader` never answers 200 on two candidates over one interval: a
+//!   candidate surely leads from the reception of the first 200 of a streak
+//!   to the sending of its last, and no two such intervals meet.
+//! - C4: after the last fault heals, a leader within the bound.
+//! - C5: nothing left running at the end.
+//! - C6: while a fault the store tolerates is in force, alone, no stretch
+//!   without a leader longer than its bound.
+
+use crate::history::{Answer, History, Life};
+use std::time::Duration;
+
+/// One checker's verdict and the figure it measured.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    pub name: &'static str,
+    pub ok: bool,
+    pub figure: String,
+}
+
+/// What every checker said, and the figures of the summary line.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub verdicts: Vec<Verdict>,
+    pub overlap_ms: f64,
+    pub token_regressions: usize,
+    pub dual_leaders: usize,
+    pub terms: usize,
+    pub handovers: usize,
+    pub longest_leaderless_ms: f64,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.verdicts.iter().all(|v| v.ok)
+    }
+}
+
+fn ms(ns: u128) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The end of each child's life: its stop line, else the first `/proc`
+/// sample after its start without it, else the end of the run.
+fn ends(history: &History, end_of_run: u128) -> Vec<(u128, u128, &Life)> {
+    history
+        .lives
+        .iter()
+        .map(|life| {
+            let end = life.stop.unwrap_or_else(|| {
+                history
+                    .samples
+                    .iter()
+                    .find(|(when, alive)| *when > life.start && !alive.contains(&life.pid))
+                    .map_or(end_of_run, |(when, _)| *when)
+            });
+            (life.start, end, life)
+        })
+        .collect()
+}
+
+/// C1: the longest time two children were alive at once, by their own
+/// lines, and the most alive in one `/proc` sample.
+pub fn c1(history: &History, end_of_run: u128) -> (Verdict, f64) {
+    let spans = ends(history, end_of_run);
+    let mut overlap: u128 = 0;
+    for (i, a) in spans.iter().enumerate() {
+        for b in &spans[i + 1..] {
+            let from = a.0.max(b.0);
+            let to = a.1.min(b.1);
+            if to > from {
+                overlap = overlap.max(to - from);
+            }
+        }
+    }
+    let most = history
+        .samples
+        .iter()
+        .map(|(_, a)| a.len())
+        .max()
+        .unwrap_or(0);
+    let ok = overlap == 0 && most <= 1;
+    (
+        Verdict {
+            name: "C1 one child at a time",
+            ok,
+            figure: format!(
+                "max overlap {:.1} ms, most alive in one /proc sample {most}",
+                ms(overlap)
+            ),
+        },
+        ms(overlap),
+    )
+}
+
+/// C2: tokens in child-start order; a token not above every earlier one is
+/// a regression.
+pub fn c2(history: &History) -> (Verdict, usize, usize) {
+    let mut lives: Vec<&Life> = history.lives.iter().collect();
+    lives.sort_by_key(|l| l.start);
+    let mut highest = 0;
+    let mut regressions = Vec::new();
+    for life in &lives {
+        if life.token <= highest {
+            regressions.push(format!("{} after {highest}", life.token));
+        }
+        highest = highest.max(life.token);
+    }
+    let handovers = lives.windows(2).filter(|w| w[0].who != w[1].who).count();
+    (
+        Verdict {
+            name: "C2 tokens grow per term",
+            ok: regressions.is_empty(),
+            figure: format!(
+                "{} terms, {} regressions{}",
+                lives.len(),
+                regressions.len(),
+                if regressions.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", regressions.join(", "))
+                }
+            ),
+        },
+        regressions.len(),
+        handovers,
+    )
+}
+
+/// The intervals in which each candidate surely led: `(who, from, to)`.
+pub fn leading_intervals(answers: &[Answer]) -> Vec<(usize, u128, u128)> {
+    let mut by_who: Vec<&Answer> = answers.iter().collect();
+    by_who.sort_by_key(|a| (a.who, a.sent));
+    let mut out = Vec::new();
+    let mut streak: Option<(usize, u128, u128)> = None;
+    for a in by_who {
+        match (&mut streak, a.leader) {
+            (Some((who, _, last)), true) if *who == a.who => *last = a.sent,
+            (_, true) => {
+                if let Some(s) = streak.take() {
+                    out.push(s);
+                }
+                streak = Some((a.who, a.received, a.sent));
+            }
+            (_, false) => {
+                if let Some(s) = streak.take() {
+                    out.push(s);
+                }
+            }
+        }
+    }
+    out.extend(streak);
+    out.retain(|(_, from, to)| to > from);
+    out
+}
+
+/// C3: two candidates' sure leading intervals that meet.
+pub fn c3(history: &History) -> (Verdict, usize) {
+    let intervals = leading_intervals(&history.answers);
+    let mut dual = 0;
+    let mut first = None;
+    for (i, a) in intervals.iter().enumerate() {
+        for b in &intervals[i + 1..] {
+            if a.0 != b.0 && a.1.max(b.1) < a.2.min(b.2) {
+                dual += 1;
+                first.get_or_insert((a.0, b.0, ms(a.2.min(b.2) - a.1.max(b.1))));
+            }
+        }
+    }
+    (
+        Verdict {
+            name: "C3 one 200 at a time",
+            ok: dual == 0,
+            figure: match first {
+                None => "no two candidates answered 200 over one interval".into(),
+                Some((x, y, len)) => {
+                    format!("{dual} overlaps, e.g. candidates {x} and {y} for {len:.1} ms")
+                }
+            },
+        },
+        dual,
+    )
+}
+
+/// Stretches without any 200, between `from` and `to`: the longest, in ns.
+pub fn longest_leaderless(answers: &[Answer], from: u128, to: u128) -> u128 {
+    let mut leads: Vec<u128> = answers
+        .iter()
+        .filter(|a| a.leader && a.received >= from && a.sent <= to)
+        .map(|a| a.received)
+        .collect();
+    leads.sort();
+    let mut last = from;
+    let mut longest = 0;
+    for t in leads {
+        longest = longest.max(t.saturating_sub(last));
+        last = last.max(t);
+    }
+    longest.max(to.saturating_sub(last))
+}
+
+/// C4: the first 200 after the last fault healed, within `bound`.
+pub fn c4(history: &History, healed: u128, bound: Duration) -> Verdict {
+    let first = history
+        .answers
+        .iter()
+        .filter(|a| a.leader && a.received >= healed)
+        .map(|a| a.received)
+        .min();
+    let took = first.map(|t| t - healed);
+    Verdict {
+        name: "C4 a leader after the faults heal",
+        ok: took.is_some_and(|t| t <= bound.as_nanos()),
+        figure: match took {
+            Some(t) => format!("{:.0} ms after the last heal (bound {bound:?})", ms(t)),
+            None => format!("no leader after the last heal (bound {bound:?})"),
+        },
+    }
+}
+
+/// C5: nothing left running.
+pub fn c5(history: &History) -> Verdict {
+    Verdict {
+        name: "C5 nothing left running",
+        ok: history.leftovers.is_empty(),
+        figure: if history.leftovers.is_empty() {
+            "no child, leaderd or server left".into()
+        } else {
+            format!("left running: {}", history.leftovers.join("; "))
+        },
+    }
+}
+
+/// C6: during each tolerated fault that no other fault overlapped (nor
+/// preceded within its bound), the longest stretch without a leader.
+pub fn c6(history: &History) -> Verdict {
+    let mut worst: Option<(u128, Duration)> = None;
+    let mut judged = 0;
+    for (i, f) in history.faults.iter().enumerate() {
+        let Some(bound) = f.tolerated else { continue };
+        let quiet_from = f.start.saturating_sub(bound.as_nanos());
+        let alone = history
+            .faults
+            .iter()
+            .enumerate()
+            .all(|(j, g)| j == i || g.end < quiet_from || g.start > f.end);
+        if !alone || f.end - f.start <= bound.as_nanos() {
+            continue;
+        }
+        judged += 1;
+        let gap = longest_leaderless(&history.answers, f.start, f.end);
+        if gap > bound.as_nanos() && worst.is_none_or(|(w, _)| gap > w) {
+            worst = Some((gap, bound));
+        }
+    }
+    Verdict {
+        name: "C6 a leader through tolerated faults",
+        ok: worst.is_none(),
+        figure: match worst {
+            None => format!(
+                "{judged} tolerated fault(s) judged alone, each with a leader within its bound"
+            ),
+            Some((gap, bound)) => format!("{:.0} ms without a leader (bound {bound:?})", ms(gap)),
+        },
+    }
+}
+
+/// Every checker over `history`.
+pub fn judge(history: &History, end_of_run: u128, healed: u128, bound: Duration) -> Report {
+    let (v1, overlap_ms) = c1(history, end_of_run);
+    let (v2, token_regressions, handovers) = c2(history);
+    let (v3, dual_leaders) = c3(history);
+    let start = history.answers.iter().map(|a| a.sent).min().unwrap_or(0);
+    let first_lead = history
+        .answers
+        .iter()
+        .filter(|a| a.leader)
+        .map(|a| a.received)
+        .min()
+        .unwrap_or(start);
+    Report {
+        terms: history.lives.len(),
+        handovers,
+        overlap_ms,
+        token_regressions,
+        dual_leaders,
+        longest_leaderless_ms: ms(longest_leaderless(&history.answers, first_lead, end_of_run)),
+        verdicts: vec![
+            v1,
+            v2,
+            v3,
+            c4(history, healed, bound),
+            c5(history),
+            c6(history),
+        ],
+    }
+}

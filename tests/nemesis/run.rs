@@ -1,0 +1,341 @@
+//! One soak: a backend's scene, K candidates with probe children, the
+//! recorder, the schedule carried out, then everything stopped and judged.
+
+use crate::checkers::{self, Report};
+use crate::history::{self, History, Injected, Ports, Recorder};
+use crate::schedule::{self, Kind, Planned};
+use crate::support::backends::Scene;
+use crate::support::os::mono_ns;
+use crate::support::{self, Leaderd};
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub const TTL: Duration = Duration::from_secs(2);
+pub const RETRY: Duration = Duration::from_millis(300);
+/// Before the first fault: the first leader, and Redlock's masters warm.
+const WARMUP: Duration = Duration::from_secs(5);
+
+/// How soon a leader must be back after the last fault healed: a TTL for
+/// the lease to lapse, a TTL more when it ended without a release (the
+/// contract's vacancy rule), the retry interval, the slowest store's
+/// failover, and a second of slack for a loaded 2-core machine.
+pub fn heal_bound() -> Duration {
+    TTL * 2 + RETRY + Duration::from_secs(3) + Duration::from_secs(1)
+}
+
+/// The candidates, each with its probe log; a killed one is started again
+/// on a new port.
+pub struct Fleet {
+    pub nodes: Vec<Option<Leaderd>>,
+    pub logs: Vec<PathBuf>,
+    pub ports: Ports,
+    args: Vec<String>,
+}
+
+impl Fleet {
+    pub fn start(args: Vec<String>, dir: &Path, k: usize) -> Fleet {
+        let logs: Vec<PathBuf> = (0..k).map(|i| dir.join(format!("c{i}.probe"))).collect();
+        let mut fleet = Fleet {
+            nodes: (0..k).map(|_| None).collect(),
+            logs,
+            ports: Ports::default(),
+            args,
+        };
+        fleet.ports = std::sync::Arc::new(std::sync::Mutex::new(vec![0; k]));
+        for i in 0..k {
+            fleet.launch(i);
+        }
+        fleet
+    }
+
+    pub fn launch(&mut self, i: usize) {
+        let probe = support::probe_child();
+        let mut args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        args.extend_from_slice(&["--", &probe, support::path_str(&self.logs[i])]);
+        let node = Leaderd::run(&format!("c{i}"), &args);
+        self.ports.lock().unwrap()[i] = node.http_port;
+        self.nodes[i] = Some(node);
+    }
+
+    /// The candidate that leads now, if one says so.
+    pub fn leader(&self) -> Option<usize> {
+        (0..self.nodes.len()).find(|&i| self.nodes[i].as_ref().is_some_and(|n| n.is_leader()))
+    }
+
+    /// The leader when `pick` is even and one is known, else `pick` mod K.
+    fn target(&self, pick: u64) -> usize {
+        match self.leader() {
+            Some(l) if pick.is_multiple_of(2) => l,
+            _ => (pick / 2) as usize % self.nodes.len(),
+        }
+    }
+
+    /// Stops every candidate (SIGCONT first, then SIGTERM): those that do
+    /// not exit within 15 s are named, then killed.
+    pub fn stop(&mut self) -> Vec<String> {
+        let mut stuck = Vec::new();
+        for node in self.nodes.iter_mut().flatten() {
+            node.signal("CONT");
+            node.signal("TERM");
+        }
+        for node in self.nodes.iter_mut().flatten() {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while node.running() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if node.running() {
+                stuck.push(format!(
+                    "leaderd {} did not exit within 15 s of SIGTERM",
+                    node.id
+                ));
+                node.signal("KILL");
+            }
+        }
+        self.nodes.iter_mut().for_each(|n| *n = None);
+        stuck
+    }
+}
+
+/// The running child of candidate `i`, from its probe log.
+fn running_child(log: &Path) -> Option<i32> {
+    history::lives(&[log.to_path_buf()])
+        .into_iter()
+        .rev()
+        .find(|l| l.stop.is_none() && support::alive(l.pid))
+        .map(|l| l.pid)
+}
+
+/// Carries out one planned fault's beginning; returns the injected record
+/// (its end filled in later), or `None` when it does not apply here.
+fn begin(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet) -> Option<Injected> {
+    let now = mono_ns();
+    let mut tolerated = None;
+    let applied = match p.kind {
+        Kind::Cut => scene.cut(),
+        Kind::FreezeOne => match scene.freeze_one(key) {
+            Some(failover) => {
+                tolerated = Some(TTL + RETRY + failover + Duration::from_secs(1));
+                true
+            }
+            None => false,
+        },
+        Kind::Crash => scene.crash(),
+        Kind::Delete => {
+            scene.delete(key);
+            true
+        }
+        Kind::LoseData => {
+            scene.lose_data(key);
+            true
+        }
+        Kind::RestartOne => scene.restart_one(p.pick as usize),
+        Kind::LeaderdStop | Kind::LeaderdKill | Kind::LeaderdTerm => {
+            let i = fleet.target(p.pick);
+            let signal = match p.kind {
+                Kind::LeaderdStop => "STOP",
+                Kind::LeaderdKill => "KILL",
+                _ => "TERM",
+            };
+            fleet.nodes[i].as_ref().is_some_and(|n| {
+                n.signal(signal);
+                true
+            })
+        }
+        Kind::ChildCrash => match fleet.leader().and_then(|l| running_child(&fleet.logs[l])) {
+            Some(pid) => {
+                support::os::kill(pid as u32, libc::SIGKILL);
+                true
+            }
+            None => false,
+        },
+    };
+    applied.then(|| Injected {
+        kind: p.kind.name(),
+        start: now,
+        end: now,
+        tolerated,
+    })
+}
+
+/// Carries out a fault's end: heal, thaw, recover, continue or restart.
+fn end(p: &Planned, scene: &mut dyn Scene, fleet: &mut Fleet, target: usize) {
+    match p.kind {
+        Kind::Cut => scene.heal(),
+        Kind::FreezeOne => scene.thaw_one(),
+        Kind::Crash => scene.recover(),
+        Kind::LeaderdStop => {
+            if let Some(n) = &fleet.nodes[target] {
+                n.signal("CONT");
+            }
+        }
+        Kind::LeaderdKill | Kind::LeaderdTerm => {
+            if let Some(mut n) = fleet.nodes[target].take() {
+                n.signal("CONT");
+                n.signal("KILL");
+                n.wait_exit(Duration::from_secs(10));
+            }
+            fleet.launch(target);
+        }
+        _ => {}
+    }
+}
+
+/// Runs one soak and prints its report; `true` when every checker passed.
+pub fn soak(
+    name: &str,
+    start: fn() -> Box<dyn Scene>,
+    seed: u64,
+    length: Duration,
+    k: usize,
+) -> bool {
+    eprintln!("nemesis: {name}: starting its servers");
+    let mut scene = start();
+    let key = format!("nemesis-{seed}");
+    let dir = support::Scratch::new(&format!("nemesis-{name}-{}", support::os::below(1 << 30)));
+    let mut args = scene.args(&key);
+    args.extend(["--ttl", "2s", "--retry-interval", "300ms"].map(String::from));
+    let mut fleet = Fleet::start(args, &dir, k);
+    let recorder = Recorder::start(fleet.ports.clone(), dir.to_path_buf());
+    let settle = heal_bound() + Duration::from_secs(1);
+    let plan = schedule::plan(seed, length, TTL, WARMUP, settle);
+    // Events in time order: each fault's beginning and, if it lasts, its end.
+    let mut events: Vec<(Duration, usize, bool)> = Vec::new();
+    for (i, p) in plan.iter().enumerate() {
+        events.push((p.at, i, true));
+        if !p.lasts.is_zero() {
+            events.push((p.at + p.lasts, i, false));
+        }
+    }
+    events.sort_by_key(|e| (e.0, !e.2));
+    let began = Instant::now();
+    let mut injected: BTreeMap<usize, (Injected, usize)> = BTreeMap::new();
+    let mut skipped = Vec::new();
+    for (at, i, is_begin) in events {
+        if let Some(wait) = at.checked_sub(began.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        let p = &plan[i];
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            if is_begin {
+                let target = fleet.target(p.pick);
+                begin(p, scene.as_mut(), &key, &mut fleet).map(|f| (f, target))
+            } else {
+                if let Some((f, target)) = injected.get_mut(&i) {
+                    end(p, scene.as_mut(), &mut fleet, *target);
+                    f.end = mono_ns();
+                }
+                None
+            }
+        }));
+        match outcome {
+            Ok(Some(record)) => {
+                injected.insert(i, record);
+            }
+            Ok(None) => {
+                if is_begin {
+                    skipped.push(p.kind.name());
+                }
+            }
+            Err(_) => eprintln!(
+                "nemesis: {name}: could not carry out {:?} (see the panic above)",
+                p.kind
+            ),
+        }
+    }
+    if let Some(rest) = length.checked_sub(began.elapsed()) {
+        std::thread::sleep(rest);
+    }
+    let healed = injected
+        .values()
+        .map(|(f, _)| f.end)
+        .max()
+        .unwrap_or_else(mono_ns);
+    // Wait for C4's leader (or its bound), then stop everything.
+    let deadline = Instant::now() + heal_bound() + Duration::from_secs(1);
+    while fleet.leader().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let end_of_run = mono_ns();
+    let mut leftovers = fleet.stop();
+    let (answers, samples) = recorder.finish();
+    std::thread::sleep(Duration::from_millis(300));
+    leftovers.extend(
+        history::probes_alive(&dir)
+            .into_iter()
+            .map(|pid| format!("probe child {pid}")),
+    );
+    let history = History {
+        answers,
+        samples,
+        faults: injected.values().map(|(f, _)| f.clone()).collect(),
+        lives: history::lives(&fleet.logs),
+        leftovers,
+    };
+    drop(scene);
+    let report = checkers::judge(&history, end_of_run, healed, heal_bound());
+    print_report(name, seed, length, &history, &report, &plan, &skipped);
+    report.passed()
+}
+
+fn print_report(
+    name: &str,
+    seed: u64,
+    length: Duration,
+    history: &History,
+    report: &Report,
+    plan: &[Planned],
+    skipped: &[&str],
+) {
+    let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in &history.faults {
+        *by_kind.entry(f.kind).or_default() += 1;
+    }
+    let kinds: Vec<String> = by_kind.iter().map(|(k, n)| format!("{k}={n}")).collect();
+    println!("nemesis: {name}: faults injected: {}", kinds.join(" "));
+    if !skipped.is_empty() {
+        println!(
+            "nemesis: {name}: not applicable here: {}",
+            skipped.join(" ")
+        );
+    }
+    println!(
+        "nemesis: {name}: terms {}, handovers {}, longest leaderless stretch {:.0} ms",
+        report.terms, report.handovers, report.longest_leaderless_ms
+    );
+    for v in &report.verdicts {
+        println!(
+            "nemesis: {name}: {} {}: {}",
+            v.name,
+            if v.ok { "PASS" } else { "FAIL" },
+            v.figure
+        );
+    }
+    if !report.passed() {
+        println!(
+            "nemesis: {name}: the schedule (replay: scripts/nemesis --seed {seed} --backend {name} --seconds {}):",
+            length.as_secs()
+        );
+        for p in plan {
+            println!(
+                "nemesis: {name}:   at {:?} {} for {:?} (pick {})",
+                p.at,
+                p.kind.name(),
+                p.lasts,
+                p.pick
+            );
+        }
+    }
+    println!(
+        "nemesis: {name} seed={seed} seconds={} faults={} terms={} overlap_ms={:.1} token_regressions={} dual_leaders={} => {}",
+        length.as_secs(),
+        history.faults.len(),
+        report.terms,
+        report.overlap_ms,
+        report.token_regressions,
+        report.dual_leaders,
+        if report.passed() { "PASS" } else { "FAIL" }
+    );
+}
