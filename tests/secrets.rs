@@ -128,12 +128,14 @@ fn the_lease_value_holds_no_ownership_token_and_its_hash_cannot_renew_or_release
         let source = format!("{holder}\n{body}");
         let mut call = redis::cmd("EVAL");
         call.arg(&source);
+        let term = format!("leaderd:{{{key}}}:term");
         if script == "renew" {
-            call.arg(1).arg(&lease);
+            call.arg(2).arg(&lease).arg(&term);
         } else {
-            call.arg(2)
+            call.arg(3)
                 .arg(&lease)
-                .arg(format!("leaderd:{{{key}}}:wake"));
+                .arg(format!("leaderd:{{{key}}}:wake"))
+                .arg(&term);
         }
         call.arg(&owner);
         for a in &extra {
