@@ -12,7 +12,10 @@ use support::{Leaderd, eventually, http_get};
 const PATIENCE: Duration = Duration::from_secs(30);
 
 fn candidates(rig: &ClusterRig, key: &str) -> Vec<Leaderd> {
-    let url = rig.url();
+    candidates_on(&rig.url(), key)
+}
+
+fn candidates_on(url: &str, key: &str) -> Vec<Leaderd> {
     ["a", "b", "c"]
         .iter()
         .map(|id| {
@@ -20,7 +23,7 @@ fn candidates(rig: &ClusterRig, key: &str) -> Vec<Leaderd> {
                 id,
                 &[
                     "--redis",
-                    &url,
+                    url,
                     "--key",
                     key,
                     "--ttl",
@@ -163,26 +166,7 @@ fn a_frozen_slot_owner_listed_first_is_replaced_by_its_replica() {
             .map(|n| format!("127.0.0.1:{}", n.port)),
     );
     let url = format!("redis+cluster://{}", seeds.join(","));
-    let nodes: Vec<Leaderd> = ["a", "b", "c"]
-        .iter()
-        .map(|id| {
-            Leaderd::run(
-                id,
-                &[
-                    "--redis",
-                    &url,
-                    "--key",
-                    &key,
-                    "--ttl",
-                    "3s",
-                    "--redis-timeout",
-                    "300ms",
-                    "--retry-interval",
-                    "300ms",
-                ],
-            )
-        })
-        .collect();
+    let nodes = candidates_on(&url, &key);
     eventually(PATIENCE, "a leader on the slot's owner", || {
         a_leader_on(&rig, &nodes, &lease, owner).then_some(())
     });

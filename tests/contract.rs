@@ -293,6 +293,22 @@ fn status_and_check_answer() {
     });
 }
 
+/// Candidates a and b on `key`, each running the probe child into its own
+/// log in a scratch directory (kept alive by the caller).
+fn two_with_children(
+    scene: &dyn Scene,
+    key: &str,
+) -> (support::Scratch, Vec<std::path::PathBuf>, Vec<Leaderd>) {
+    let dir = support::Scratch::new(&format!("contract-{key}-{}", support::os::below(1 << 30)));
+    let logs: Vec<_> = ["a", "b"].iter().map(|id| dir.join(id)).collect();
+    let nodes = ["a", "b"]
+        .iter()
+        .zip(&logs)
+        .map(|(id, log)| candidate(scene, key, id, TTL, Some(log)))
+        .collect();
+    (dir, logs, nodes)
+}
+
 /// Whether a child started in `logs` is still running (more starts than
 /// stops).
 fn child_running(log: &Path) -> bool {
@@ -340,14 +356,7 @@ fn a_lease_deleted_from_outside_never_makes_two_children() {
     for_each_backend(|scene| {
         let name = scene.name();
         let key = support::key("contract-delete");
-        let dir =
-            support::Scratch::new(&format!("contract-delete-{}", support::os::below(1 << 30)));
-        let logs: Vec<_> = ["a", "b"].iter().map(|id| dir.join(id)).collect();
-        let nodes: Vec<Leaderd> = ["a", "b"]
-            .iter()
-            .zip(&logs)
-            .map(|(id, log)| candidate(scene, &key, id, TTL, Some(log)))
-            .collect();
+        let (_dir, logs, nodes) = two_with_children(scene, &key);
         for round in 0..3 {
             let (leader, _) = support::the_leader(&nodes, PATIENCE);
             eventually(PATIENCE, "the leader's child", || {
@@ -386,14 +395,7 @@ fn one_node_frozen_past_the_ttl_leaves_a_leader_and_never_two() {
     for_each_backend(|scene| {
         let name = scene.name();
         let key = support::key("contract-freeze");
-        let dir =
-            support::Scratch::new(&format!("contract-freeze-{}", support::os::below(1 << 30)));
-        let logs: Vec<_> = ["a", "b"].iter().map(|id| dir.join(id)).collect();
-        let nodes: Vec<Leaderd> = ["a", "b"]
-            .iter()
-            .zip(&logs)
-            .map(|(id, log)| candidate(scene, &key, id, TTL, Some(log)))
-            .collect();
+        let (_dir, logs, nodes) = two_with_children(scene, &key);
         support::the_leader(&nodes, PATIENCE);
         let frozen = Instant::now();
         let Some(failover) = scene.freeze_one(&key) else {

@@ -137,6 +137,20 @@ impl FileLease {
         }
     }
 
+    /// Who the file names (nobody known when it holds no leaderd content).
+    fn holder_in(file: &mut File) -> Holder {
+        Self::read_content(file).map_or(
+            Holder {
+                id: None,
+                fencing_token: None,
+            },
+            |c| Holder {
+                id: Some(c.id),
+                fencing_token: Some(c.fencing_token),
+            },
+        )
+    }
+
     fn read_content(file: &mut File) -> Option<Content> {
         let mut text = String::new();
         file.rewind().ok()?;
@@ -157,16 +171,7 @@ impl FileLease {
         match file.try_lock() {
             Ok(()) => self.seen = None,
             Err(TryLockError::WouldBlock) => {
-                let holder = Self::read_content(&mut file).map_or(
-                    Holder {
-                        id: None,
-                        fencing_token: None,
-                    },
-                    |c| Holder {
-                        id: Some(c.id),
-                        fencing_token: Some(c.fencing_token),
-                    },
-                );
+                let holder = Self::holder_in(&mut file);
                 if let Some(f) = holder.fencing_token {
                     self.highest_fencing = self.highest_fencing.max(f);
                 }
@@ -247,16 +252,7 @@ impl FileLease {
                 Ok(Peek::default())
             }
             Err(TryLockError::WouldBlock) => {
-                let holder = Self::read_content(&mut file).map_or(
-                    Holder {
-                        id: None,
-                        fencing_token: None,
-                    },
-                    |c| Holder {
-                        id: Some(c.id),
-                        fencing_token: Some(c.fencing_token),
-                    },
-                );
+                let holder = Self::holder_in(&mut file);
                 Ok(Peek {
                     holder: Some(holder),
                     ..Peek::default()
