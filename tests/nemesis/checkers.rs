@@ -48,14 +48,20 @@ fn ms(ns: u128) -> f64 {
     ns as f64 / 1e6
 }
 
-/// The end of each child's life: its stop line, else the first `/proc`
-/// sample after its start without it, else the end of the run.
+/// The end of each child's life: its stop line, else its death seen by a
+/// pidfd, else the first `/proc` sample after its start without it, else
+/// the end of the run.
 fn ends(history: &History, end_of_run: u128) -> Vec<(u128, u128, &Life)> {
     history
         .lives
         .iter()
         .map(|life| {
-            let end = life.stop.unwrap_or_else(|| {
+            let died = history
+                .deaths
+                .iter()
+                .find(|(pid, when)| *pid == life.pid && *when > life.start)
+                .map(|(_, when)| *when);
+            let end = life.stop.or(died).unwrap_or_else(|| {
                 history
                     .samples
                     .iter()
@@ -67,20 +73,26 @@ fn ends(history: &History, end_of_run: u128) -> Vec<(u128, u128, &Life)> {
         .collect()
 }
 
-/// C1: the longest time two children were alive at once, by their own
-/// lines, and the most alive in one `/proc` sample.
-pub fn c1(history: &History, end_of_run: u128) -> (Verdict, f64) {
+/// The longest time two children were alive at once, and when it began.
+pub fn worst_overlap(history: &History, end_of_run: u128) -> (u128, Option<u128>) {
     let spans = ends(history, end_of_run);
-    let mut overlap: u128 = 0;
+    let (mut overlap, mut at) = (0, None);
     for (i, a) in spans.iter().enumerate() {
         for b in &spans[i + 1..] {
             let from = a.0.max(b.0);
             let to = a.1.min(b.1);
-            if to > from {
-                overlap = overlap.max(to - from);
+            if to > from && to - from > overlap {
+                (overlap, at) = (to - from, Some(from));
             }
         }
     }
+    (overlap, at)
+}
+
+/// C1: the longest time two children were alive at once, by their own
+/// lines, and the most alive in one `/proc` sample.
+pub fn c1(history: &History, end_of_run: u128) -> (Verdict, f64) {
+    let (overlap, _) = worst_overlap(history, end_of_run);
     let most = history
         .samples
         .iter()

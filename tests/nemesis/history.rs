@@ -50,6 +50,10 @@ pub type Sample = (u128, Vec<i32>);
 pub struct History {
     pub answers: Vec<Answer>,
     pub samples: Vec<Sample>,
+    /// When each probe child died, by a pidfd watched from its first sample
+    /// (exact, where `/proc` samples are 20 ms apart): the end of a child
+    /// killed with SIGKILL, which writes no stop line.
+    pub deaths: Vec<(i32, u128)>,
     pub faults: Vec<Injected>,
     pub lives: Vec<Life>,
     /// Processes found running after everything was stopped.
@@ -67,6 +71,7 @@ pub struct Recorder {
     threads: Vec<std::thread::JoinHandle<()>>,
     pub answers: Arc<Mutex<Vec<Answer>>>,
     pub samples: Arc<Mutex<Vec<Sample>>>,
+    pub deaths: Arc<Mutex<Vec<(i32, u128)>>>,
 }
 
 impl Recorder {
@@ -96,11 +101,18 @@ impl Recorder {
                 }
             }));
         }
-        let (s, out) = (stop.clone(), samples.clone());
+        let deaths = Arc::new(Mutex::new(Vec::new()));
+        let (s, out, died) = (stop.clone(), samples.clone(), deaths.clone());
         threads.push(std::thread::spawn(move || {
+            let mut watched = std::collections::BTreeSet::new();
             while !s.load(Ordering::Relaxed) {
                 let when = mono_ns();
                 let alive = probes_alive(&dir);
+                for pid in &alive {
+                    if watched.insert(*pid) {
+                        watch_death(*pid, died.clone());
+                    }
+                }
                 out.lock().unwrap().push((when, alive));
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -110,23 +122,48 @@ impl Recorder {
             threads,
             answers,
             samples,
+            deaths,
         }
     }
 
-    pub fn finish(self) -> (Vec<Answer>, Vec<Sample>) {
+    pub fn finish(self) -> (Vec<Answer>, Vec<Sample>, Vec<(i32, u128)>) {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads {
             let _ = t.join();
         }
         let answers = std::mem::take(&mut *self.answers.lock().unwrap());
         let samples = std::mem::take(&mut *self.samples.lock().unwrap());
-        (answers, samples)
+        let deaths = std::mem::take(&mut *self.deaths.lock().unwrap());
+        (answers, samples, deaths)
     }
+}
+
+/// Notes when `pid` dies: a pidfd becomes readable the moment the process
+/// exits. The thread ends with the process (a process gone already is
+/// left to the `/proc` samples).
+fn watch_death(pid: i32, deaths: Arc<Mutex<Vec<(i32, u128)>>>) {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return;
+    }
+    std::thread::spawn(move || {
+        let mut poll = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; -1 waits until the process exits.
+        while unsafe { libc::poll(&mut poll, 1, -1) } < 0 {}
+        deaths.lock().unwrap().push((pid, mono_ns()));
+        // SAFETY: fd is ours, opened above.
+        unsafe { libc::close(fd) };
+    });
 }
 
 /// `GET /leader` with short timeouts: whether it leads, or `None` when the
 /// candidate does not answer (frozen, restarting).
-fn leader_of(port: u16) -> Option<bool> {
+pub fn leader_of(port: u16) -> Option<bool> {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
     stream

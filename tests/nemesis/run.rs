@@ -59,9 +59,12 @@ impl Fleet {
         self.nodes[i] = Some(node);
     }
 
-    /// The candidate that leads now, if one says so.
+    /// The candidate that leads now, if one says so (short timeouts: a
+    /// frozen candidate must not hold up the schedule).
     pub fn leader(&self) -> Option<usize> {
-        (0..self.nodes.len()).find(|&i| self.nodes[i].as_ref().is_some_and(|n| n.is_leader()))
+        let ports = self.ports.lock().unwrap().clone();
+        (0..self.nodes.len())
+            .find(|&i| self.nodes[i].is_some() && history::leader_of(ports[i]) == Some(true))
     }
 
     /// The leader when `pick` is even and one is known, else `pick` mod K.
@@ -126,6 +129,8 @@ fn begin(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet) -> Op
             scene.delete(key);
             true
         }
+        // Beyond what such a store promises (its documented limit).
+        Kind::LoseData if !scene.survives_data_loss() => false,
         Kind::LoseData => {
             scene.lose_data(key);
             true
@@ -259,8 +264,13 @@ pub fn soak(
     }
     std::thread::sleep(Duration::from_millis(200));
     let end_of_run = mono_ns();
+    let tails: Vec<Vec<String>> = fleet
+        .nodes
+        .iter()
+        .map(|n| n.as_ref().map_or_else(Vec::new, |n| n.log()))
+        .collect();
     let mut leftovers = fleet.stop();
-    let (answers, samples) = recorder.finish();
+    let (answers, samples, deaths) = recorder.finish();
     std::thread::sleep(Duration::from_millis(300));
     leftovers.extend(
         history::probes_alive(&dir)
@@ -270,6 +280,7 @@ pub fn soak(
     let history = History {
         answers,
         samples,
+        deaths,
         faults: injected.values().map(|(f, _)| f.clone()).collect(),
         lives: history::lives(&fleet.logs),
         leftovers,
@@ -277,7 +288,46 @@ pub fn soak(
     drop(scene);
     let report = checkers::judge(&history, end_of_run, healed, heal_bound());
     print_report(name, seed, length, &history, &report, &plan, &skipped);
+    if let (_, Some(at)) = checkers::worst_overlap(&history, end_of_run) {
+        explain(name, &history, at);
+    }
+    if !report.passed() {
+        for (i, lines) in tails.iter().enumerate() {
+            for line in lines.iter().skip(lines.len().saturating_sub(12)) {
+                println!("nemesis: {name}: c{i} said: {line}");
+            }
+        }
+    }
     report.passed()
+}
+
+/// The faults in force or just before the worst overlap began: where to
+/// look first.
+fn explain(name: &str, history: &History, at: u128) {
+    let window = (TTL * 3).as_nanos();
+    let first = history.answers.iter().map(|a| a.sent).min().unwrap_or(at);
+    let near: Vec<String> = history
+        .faults
+        .iter()
+        .filter(|f| f.end + window >= at && f.start <= at)
+        .map(|f| {
+            format!(
+                "{} from {:.2}s to {:.2}s",
+                f.kind,
+                (f.start.saturating_sub(first)) as f64 / 1e9,
+                (f.end.saturating_sub(first)) as f64 / 1e9
+            )
+        })
+        .collect();
+    println!(
+        "nemesis: {name}: the worst overlap began at {:.2}s, after: {}",
+        (at.saturating_sub(first)) as f64 / 1e9,
+        if near.is_empty() {
+            "no fault".to_string()
+        } else {
+            near.join("; ")
+        }
+    );
 }
 
 fn print_report(

@@ -65,12 +65,13 @@ fn two_stores() -> (Verdict, Verdict) {
     let (mut a, mut b) = (a, b);
     a.stop();
     b.stop();
-    let (answers, samples) = recorder.finish();
+    let (answers, samples, deaths) = recorder.finish();
     let mut logs = a.logs.clone();
     logs.extend(b.logs.clone());
     let history = History {
         answers,
         samples,
+        deaths,
         lives: history::lives(&logs),
         ..History::default()
     };
@@ -142,10 +143,11 @@ fn frozen_without_failover() -> (Verdict, Verdict) {
     redis.resume();
     support::eventually(Duration::from_secs(10), "a leader again", || fleet.leader());
     fleet.stop();
-    let (answers, samples) = recorder.finish();
+    let (answers, samples, deaths) = recorder.finish();
     let history = History {
         answers,
         samples,
+        deaths,
         faults: vec![Injected {
             kind: "freeze-one",
             start,

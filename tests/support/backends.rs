@@ -16,6 +16,13 @@ pub trait Scene {
     fn remaining(&self, key: &str) -> Option<Duration>;
     /// Forgets every lease and counter, as a restart without persistence.
     fn lose_data(&mut self, key: &str);
+    /// Whether the store promises one leader at a time even when it loses
+    /// its data ([`Scene::lose_data`]): not a single Redis (nor Sentinel's
+    /// master, nor a Cluster's slot owner) without persistence, nor a
+    /// PostgreSQL table truncated, which are documented limits.
+    fn survives_data_loss(&self) -> bool {
+        true
+    }
     /// Takes the lease away from its holder behind its back.
     fn steal(&self, key: &str);
     /// Makes the backend unreachable; `false` when that cannot happen to it.
@@ -129,13 +136,8 @@ impl Scene for RedisScene {
     fn delete(&self, key: &str) {
         delete_on(&self.redis, key);
     }
-    /// No persistence: it comes back empty.
-    fn crash(&mut self) -> bool {
-        self.redis.kill();
-        true
-    }
-    fn recover(&mut self) {
-        self.redis.restart();
+    fn survives_data_loss(&self) -> bool {
+        false
     }
     fn heal(&mut self) {
         self.redis.resume();
@@ -229,6 +231,9 @@ impl Scene for SentinelScene {
         // The master and, by replication, its replica forget everything.
         self.rig.master_node().cmd(&["FLUSHALL"]);
     }
+    fn survives_data_loss(&self) -> bool {
+        false
+    }
     fn steal(&self, key: &str) {
         steal_on(self.rig.master_node(), key);
     }
@@ -298,6 +303,9 @@ impl Scene for ClusterScene {
     }
     fn lose_data(&mut self, key: &str) {
         self.owner(key).cmd(&["FLUSHALL"]);
+    }
+    fn survives_data_loss(&self) -> bool {
+        false
     }
     fn steal(&self, key: &str) {
         steal_on(self.owner(key), key);
@@ -475,6 +483,9 @@ impl Scene for PgScene {
     /// A table restored empty (the fence counter with it).
     fn lose_data(&mut self, _key: &str) {
         self.pg.sql("TRUNCATE leaderd_lease");
+    }
+    fn survives_data_loss(&self) -> bool {
+        false
     }
     fn steal(&self, key: &str) {
         self.pg.sql(&format!(
