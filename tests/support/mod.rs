@@ -777,12 +777,45 @@ pub fn the_leader(nodes: &[Leaderd], limit: Duration) -> (usize, u64) {
     })
 }
 
-/// The most children alive at once, over every candidate's probe log.
+/// Whether the next child (the first `start` in `next`) began while the
+/// child last started in `old` was still alive: checked the moment the
+/// start line appears (10 ms apart), by the old child's own stop line or,
+/// when it has none (killed with SIGKILL), by its pid in `/proc`.
+pub fn started_beside(old: &Path, next: &Path, limit: Duration) -> bool {
+    let old_child = probe_events(old)
+        .into_iter()
+        .rev()
+        .find(|e| e.kind == "start")
+        .expect("the old child started");
+    // The start line first, then the old pid: alive after the new start
+    // was written is alive beside it.
+    let start = eventually(limit, "the next child to start", || {
+        let start = probe_events(next).into_iter().find(|e| e.kind == "start")?;
+        Some((start.ns, alive(old_child.pid)))
+    });
+    let stopped = probe_events(old)
+        .into_iter()
+        .find(|e| e.kind == "stop" && e.pid == old_child.pid);
+    match stopped {
+        Some(stop) => stop.ns > start.0,
+        None => start.1,
+    }
+}
+
+/// The most children alive at once, over every candidate's probe log, by
+/// their `start` and `stop` lines (other lines, such as `inherited`, say
+/// nothing of life: counting them as stops made this blind). A child with
+/// no stop line (killed with SIGKILL) counts as alive to the end: a test
+/// whose children are killed so checks their pids instead.
 pub fn most_alive(logs: &[PathBuf]) -> usize {
     let mut events: Vec<(u128, i32)> = logs
         .iter()
         .flat_map(|l| probe_events(l))
-        .map(|e| (e.ns, if e.kind == "start" { 1 } else { -1 }))
+        .filter_map(|e| match e.kind.as_str() {
+            "start" => Some((e.ns, 1)),
+            "stop" => Some((e.ns, -1)),
+            _ => None,
+        })
         .collect();
     events.sort();
     let (mut alive, mut most) = (0i32, 0i32);
