@@ -134,3 +134,32 @@ fn a_partitioned_advisory_leader_is_replaced_without_overlap() {
     assert_eq!(holders, "1");
     proxy.thaw();
 }
+
+/// Found by the nemesis (`scripts/nemesis --seed 1 --seconds 30`,
+/// postgres-table: 530 ms of two children): the lease row deleted from
+/// outside while its holder is frozen. The standby had looked before the
+/// holder's last renewal, so its timer came due while the holder's child
+/// still ran (its guard kills it only by the renewed expiry), and the row
+/// was free. The term record keeps the standby waiting until then.
+#[test]
+fn a_row_deleted_under_a_frozen_leader_never_makes_two_children() {
+    for query in ["", "mode=advisory"] {
+        let pg = Postgres::start();
+        let key = support::key("pg-deleted");
+        let dir = support::Scratch::new(&format!("pg-deleted-{}", support::os::below(1 << 30)));
+        let logs: Vec<_> = ["a", "b"].iter().map(|id| dir.join(id)).collect();
+        let a = candidate(&pg, query, &key, "a", &logs[0]);
+        a.wait_leading(PATIENCE);
+        let b = candidate(&pg, query, &key, "b", &logs[1]);
+        b.wait_log(PATIENCE, "lease held by another candidate");
+        // Past a renewal of a's (every 666 ms), so b's timer is older than
+        // a's lease.
+        std::thread::sleep(Duration::from_millis(900));
+        a.signal("STOP");
+        pg.sql(&format!("DELETE FROM leaderd_lease WHERE key = '{key}'"));
+        // a's child has no stop line if its guard killed it: its pid tells.
+        let beside = support::started_beside(&logs[0], &logs[1], PATIENCE);
+        a.signal("CONT");
+        assert!(!beside, "{query}: b's child started while a's still ran");
+    }
+}

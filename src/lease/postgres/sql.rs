@@ -8,6 +8,15 @@
 //! kept when the lease is released) and `expires_at` (NULL when free). The
 //! table is logged: an `UNLOGGED` table is emptied by a crash, and the
 //! fencing counter with it.
+//!
+//! Beside each key's row, its term record: the row `KEY#term` (`#` is not
+//! allowed in keys, so no election can own that name), written with every
+//! acquisition, renewed in the same statement as the lease while the lease
+//! row is ours, and cleared only by the release. A lease row deleted from
+//! outside while its term record lives is held like a lease, by that
+//! record's holder, until the record expires: its holder may still be
+//! working, until its next renewal finds the row gone (the contract's
+//! vacancy rule).
 
 use crate::config::PgTable;
 
@@ -25,11 +34,15 @@ fn owner(n: u8) -> String {
 }
 
 /// Who holds the row now, as the last columns of a result: holder, fence,
-/// and milliseconds left (NULL or ≤ 0: free). Reads the snapshot taken
-/// before the statement's own write.
+/// and milliseconds left (NULL or ≤ 0: free); without a live lease row, a
+/// live term record. Reads the snapshot taken before the statement's own
+/// write.
 fn current(table: &PgTable) -> String {
     format!(
-        "(SELECT 1) AS one LEFT JOIN {t} AS cur ON cur.key = $1 AND cur.expires_at > clock_timestamp()",
+        "(SELECT 1) AS one LEFT JOIN LATERAL (
+  SELECT key, holder, fence, expires_at FROM {t}
+  WHERE key IN ($1, $1 || '#term') AND expires_at > clock_timestamp()
+  ORDER BY key = $1 DESC LIMIT 1) AS cur ON true",
         t = table.quoted
     )
 }
@@ -44,19 +57,27 @@ const LEFT_MS: &str =
 /// acquisition is a new term, with a new token:
 /// `greatest(fence + 1, seen + 1, the server's clock in ms)`: the clock and
 /// the candidate's floor keep tokens growing if the table is restored from
-/// an old backup. Returns `won` (the fencing token, NULL if refused), then
-/// the holder as it was.
+/// an old backup. Nothing is taken while another candidate's term record
+/// lives. Returns `won` (the fencing token, NULL if refused), then the
+/// holder as it was.
 pub fn acquire(table: &PgTable) -> String {
     format!(
         "WITH won AS (
   INSERT INTO {t} AS l (key, holder, owner, fence, expires_at)
-  VALUES ($1, $2, {owner}, greatest($5::bigint + 1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint),
-          clock_timestamp() + $4::bigint * interval '1 millisecond')
+  SELECT $1, $2, {owner}, greatest($5::bigint + 1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint),
+         clock_timestamp() + $4::bigint * interval '1 millisecond'
+  WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1 || '#term'
+                    AND expires_at > clock_timestamp() AND owner IS DISTINCT FROM {owner})
   ON CONFLICT (key) DO UPDATE SET
     fence = greatest(l.fence + 1, excluded.fence),
     holder = excluded.holder, owner = excluded.owner, expires_at = excluded.expires_at
   WHERE l.owner = excluded.owner OR l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
-  RETURNING l.fence)
+  RETURNING l.fence, l.expires_at),
+term AS (
+  INSERT INTO {t} AS m (key, holder, owner, fence, expires_at)
+  SELECT $1 || '#term', $2, {owner}, fence, expires_at FROM won
+  ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, owner = excluded.owner,
+    fence = excluded.fence, expires_at = excluded.expires_at)
 SELECT (SELECT fence FROM won) AS won, cur.holder, cur.fence, {LEFT_MS} FROM {current}",
         t = table.quoted,
         owner = owner(3),
@@ -72,7 +93,10 @@ pub fn renew(table: &PgTable) -> String {
         "WITH renewed AS (
   UPDATE {t} SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
   WHERE key = $1 AND owner = {owner} AND expires_at > clock_timestamp()
-  RETURNING fence)
+  RETURNING expires_at),
+term AS (
+  UPDATE {t} SET expires_at = (SELECT expires_at FROM renewed)
+  WHERE key = $1 || '#term' AND owner = {owner} AND EXISTS (SELECT 1 FROM renewed))
 SELECT (SELECT count(*) FROM renewed) AS renewed, cur.holder, cur.fence, {LEFT_MS} FROM {current}",
         t = table.quoted,
         owner = owner(2),
@@ -81,11 +105,15 @@ SELECT (SELECT count(*) FROM renewed) AS renewed, cur.holder, cur.fence, {LEFT_M
 }
 
 /// `$1` key, `$2` ownership token, `$3` the wake-up channel, `$4` our id.
-/// Frees the row if it is ours (the fence stays) and, with it, notifies the
-/// waiters (delivered when the statement commits). One row: released.
+/// Frees the row if it is ours (the fence stays), ends our term record, and
+/// notifies the waiters (delivered when the statement commits). One row:
+/// released.
 pub fn release(table: &PgTable) -> String {
     format!(
-        "UPDATE {t} SET holder = NULL, owner = NULL, expires_at = NULL
+        "WITH ended AS (
+  UPDATE {t} SET holder = NULL, owner = NULL, expires_at = NULL
+  WHERE key = $1 || '#term' AND owner = {owner})
+UPDATE {t} SET holder = NULL, owner = NULL, expires_at = NULL
 WHERE key = $1 AND owner = {owner}
 RETURNING pg_notify($3, $4)::text",
         t = table.quoted,
@@ -93,7 +121,8 @@ RETURNING pg_notify($3, $4)::text",
     )
 }
 
-/// `$1` key. The holder, fence and milliseconds left; no row when free.
+/// `$1` key. The holder, fence and milliseconds left (of the lease, or of
+/// a term record still live without it); no row when free.
 pub fn peek(table: &PgTable) -> String {
     format!(
         "SELECT cur.holder, cur.fence, {LEFT_MS} FROM {current} WHERE cur.key IS NOT NULL",
