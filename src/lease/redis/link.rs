@@ -51,15 +51,8 @@ pub(super) struct Link {
     pub(super) replicas: Option<u32>,
     /// Redlock: when the server started, from `INFO server` on every new
     /// connection (`None` when not tracked, or not known).
-    pub(super) started: Option<Started>,
+    pub(super) started: Option<super::restarts::Started>,
     pub(super) track_start: bool,
-}
-
-/// When the server behind a connection started, and which run it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Started {
-    pub(super) run_id: String,
-    pub(super) at: Instant,
 }
 
 /// One try of an operation: done, failed, or sent elsewhere by the cluster.
@@ -288,7 +281,7 @@ impl Link {
             tracing::debug!(error = %e, "could not preload the lease scripts");
         }
         if self.track_start {
-            self.note_start(&mut conn, deadline).await;
+            super::restarts::note_start(&mut self.started, &self.url, &mut conn, deadline).await;
         }
         if self.wait == WaitReplicas::Auto {
             let role_cmd = redis::cmd("ROLE");
@@ -298,46 +291,6 @@ impl Link {
             }
         }
         Ok(self.conn.insert(conn).clone())
-    }
-
-    /// Reads when the server started (`INFO server`: `run_id`,
-    /// `uptime_in_seconds`). A run id other than the last one seen counts
-    /// as a restart now, whatever the uptime says. Without an answer (no
-    /// `+info` in the ACL) the last knowledge stays.
-    async fn note_start(&mut self, conn: &mut MultiplexedConnection, deadline: Instant) {
-        let mut cmd = redis::cmd("INFO");
-        cmd.arg("server");
-        let info = cmd.query_async::<String>(conn);
-        let text = match tokio::time::timeout_at(deadline, info).await {
-            Ok(Ok(text)) => text,
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, server = %self.url, "cannot read INFO server; a restart of this master goes unseen");
-                return;
-            }
-            Err(_) => return,
-        };
-        let field = |name: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .map(str::trim)
-        };
-        let (Some(run_id), Some(uptime)) = (
-            field("run_id"),
-            field("uptime_in_seconds").and_then(|u| u.parse::<u64>().ok()),
-        ) else {
-            return;
-        };
-        let now = Instant::now();
-        let at = match &self.started {
-            // The same run: keep the first estimate.
-            Some(s) if s.run_id == run_id => return,
-            Some(_) => now,
-            None => now.checked_sub(Duration::from_secs(uptime)).unwrap_or(now),
-        };
-        self.started = Some(Started {
-            run_id: run_id.to_string(),
-            at,
-        });
     }
 
     /// So that the first call after a (re)connect is one round trip, not

@@ -10,6 +10,7 @@ mod check;
 mod cluster;
 mod link;
 pub mod redlock;
+mod restarts;
 mod route;
 mod script;
 mod sentinel;
