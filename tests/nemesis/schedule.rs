@@ -8,7 +8,10 @@
 //! store faults (the lease deleted, the data lost, one node restarted) come
 //! only while no lasting store fault is in force (a frozen server cannot be
 //! told to delete). Faults of leaderd itself (SIGSTOP, SIGKILL, SIGTERM of a
-//! candidate, its child crashing) overlap everything, at random.
+//! candidate, its child crashing) overlap everything, at random. Half the
+//! faults a store tolerates (one node frozen) come alone, with a quiet
+//! stretch before them: only then can C6 say whether the store kept
+//! electing through them.
 
 use std::time::Duration;
 
@@ -100,6 +103,10 @@ pub struct Planned {
     pub pick: u64,
 }
 
+/// The quiet stretch before a fault that comes alone: longer than any
+/// checker's bound, so nothing before it still matters.
+pub const QUIET: Duration = Duration::from_millis(7000);
+
 /// How the catalogue is weighted; store faults count double, since they are
 /// where the backends differ.
 const WEIGHTS: [(Kind, u64); 10] = [
@@ -153,6 +160,14 @@ pub fn plan(
             Kind::LeaderdKill | Kind::LeaderdTerm => rng.millis(100, ttl_ms),
             _ => Duration::ZERO,
         };
+        let alone = kind == Kind::FreezeOne && rng.below(2) == 0;
+        if alone {
+            let last_end = plan.iter().map(|p: &Planned| p.at + p.lasts).max();
+            at = at.max(last_end.map_or(Duration::ZERO, |e| e + QUIET));
+            if at + lasts > end {
+                break;
+            }
+        }
         let lasts = lasts.min(end.saturating_sub(at));
         if kind.lasting_store() {
             store_busy_until = at + lasts + Duration::from_millis(200);
@@ -163,6 +178,10 @@ pub fn plan(
             lasts,
             pick: rng.next(),
         });
+        if alone {
+            // Nothing else until it heals.
+            at += lasts;
+        }
         // Gaps from overlapping (50 ms) to a quiet stretch (a TTL and a half).
         at += rng.millis(50, ttl_ms * 3 / 2);
     }
