@@ -50,12 +50,14 @@ struct Options {
     seed: u64,
     candidates: usize,
     sanity: bool,
+    /// Print the schedule the seed gives, and stop.
+    plan: bool,
 }
 
 fn usage() -> String {
     let names: Vec<&str> = BACKENDS.iter().map(|b| b.0).collect();
     format!(
-        "usage: scripts/nemesis [--backend NAME]... [--seconds N] [--seed S] [--candidates K] [--sanity]\n  backends: {}",
+        "usage: scripts/nemesis [--backend NAME]... [--seconds N] [--seed S] [--candidates K] [--sanity] [--plan]\n  backends: {}",
         names.join(", ")
     )
 }
@@ -69,6 +71,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             .map_or(1, |d| d.as_nanos() as u64 % 1_000_000),
         candidates: 3,
         sanity: false,
+        plan: false,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -95,6 +98,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     .map_err(|e| format!("--candidates: {e}"))?
             }
             "--sanity" => o.sanity = true,
+            "--plan" => o.plan = true,
             "--nemesis" => {}
             other => return Err(format!("unknown option {other}\n{}", usage())),
         }
@@ -128,6 +132,13 @@ fn main() {
     if options.sanity {
         std::process::exit(sanity::run());
     }
+    let length = std::time::Duration::from_secs(options.seconds);
+    if options.plan {
+        for p in run::plan(options.seed, length) {
+            println!("at {:?} {} for {:?}", p.at, p.kind.name(), p.lasts);
+        }
+        return;
+    }
     // Every registered backend has a nemesis scene.
     for registered in leaderd::lease::BACKENDS {
         assert!(
@@ -141,13 +152,7 @@ fn main() {
         .collect();
     let mut failed = false;
     for (name, _, start) in chosen {
-        let outcome = run::soak(
-            name,
-            *start,
-            options.seed,
-            std::time::Duration::from_secs(options.seconds),
-            options.candidates,
-        );
+        let outcome = run::soak(name, *start, options.seed, length, options.candidates);
         failed |= !outcome;
     }
     std::process::exit(i32::from(failed));

@@ -187,6 +187,12 @@ fn end(p: &Planned, scene: &mut dyn Scene, fleet: &mut Fleet, target: usize) {
     }
 }
 
+/// The schedule of a soak of `length` with `seed`.
+pub fn plan(seed: u64, length: Duration) -> Vec<Planned> {
+    let settle = heal_bound() + Duration::from_secs(1);
+    schedule::plan(seed, length, TTL, WARMUP, settle)
+}
+
 /// Runs one soak and prints its report; `true` when every checker passed.
 pub fn soak(
     name: &str,
@@ -203,8 +209,7 @@ pub fn soak(
     args.extend(["--ttl", "2s", "--retry-interval", "300ms"].map(String::from));
     let mut fleet = Fleet::start(args, &dir, k);
     let recorder = Recorder::start(fleet.ports.clone(), dir.to_path_buf());
-    let settle = heal_bound() + Duration::from_secs(1);
-    let plan = schedule::plan(seed, length, TTL, WARMUP, settle);
+    let plan = plan(seed, length);
     // Events in time order: each fault's beginning and, if it lasts, its end.
     let mut events: Vec<(Duration, usize, bool)> = Vec::new();
     for (i, p) in plan.iter().enumerate() {

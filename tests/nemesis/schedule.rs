@@ -154,8 +154,9 @@ pub fn plan(
         }
         let lasts = match kind {
             Kind::Cut | Kind::Crash => rng.millis(ttl_ms / 4, ttl_ms * 5 / 2),
-            // Past the TTL: the store must keep electing meanwhile.
-            Kind::FreezeOne => rng.millis(ttl_ms * 3 / 2, ttl_ms * 3),
+            // Past the TTL, and past C6's bound (the TTL, the retry interval
+            // and the store's failover): the store must keep electing.
+            Kind::FreezeOne => rng.millis(ttl_ms * 3, ttl_ms * 5),
             Kind::LeaderdStop => rng.millis(ttl_ms / 4, ttl_ms * 2),
             Kind::LeaderdKill | Kind::LeaderdTerm => rng.millis(100, ttl_ms),
             _ => Duration::ZERO,
