@@ -166,8 +166,15 @@ impl FileLease {
         if let Some(wait) = self.vacated() {
             return Ok(wait);
         }
-        self.check_dir()?;
-        let mut file = self.open_file()?;
+        let mut file = match self.open_file() {
+            Ok(file) => file,
+            // Checked at start-up; again only when opening fails (a cleaner
+            // removed the per-user directory: created again, and checked).
+            Err(_) => {
+                self.check_dir()?;
+                self.open_file()?
+            }
+        };
         match file.try_lock() {
             Ok(()) => self.seen = None,
             Err(TryLockError::WouldBlock) => {

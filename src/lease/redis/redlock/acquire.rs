@@ -14,7 +14,7 @@
 
 use super::super::script::eval;
 use super::Redlock;
-use super::tally::{self, Acquired, Answer, Standing};
+use super::tally::{self, Acquired, Answer, Standing, Voted};
 use crate::lease::{Acquire, Error, new_token};
 use futures_util::future::join_all;
 use redis::Value;
@@ -65,33 +65,10 @@ impl Redlock {
         };
         // A cold master's "ours" is not a vote (see the module's doc).
         let cold = self.cold();
-        let votes: Vec<Answer> = judged
-            .answers
-            .iter()
-            .zip(&cold)
-            .map(|(a, cold)| match (a, cold) {
-                (Answer::Ours(_), Some(_)) => Answer::Failed,
-                (a, _) => a.clone(),
-            })
-            .collect();
-        let fencing = match tally::acquire(&votes, self.quorum) {
-            Acquired::Won { fencing, .. } => fencing.max(
-                judged
-                    .answers
-                    .iter()
-                    .filter_map(|a| match a {
-                        Answer::Ours(proposal) => Some(*proposal),
-                        _ => None,
-                    })
-                    .max()
-                    .unwrap_or(0),
-            ),
-            Acquired::Refused(_)
-                if matches!(
-                    tally::acquire(&judged.answers, self.quorum),
-                    Acquired::Won { .. }
-                ) =>
-            {
+        let is_cold: Vec<bool> = cold.iter().map(Option::is_some).collect();
+        let fencing = match tally::acquire_warm(&judged.answers, &is_cold, self.quorum) {
+            Voted::Judged(Acquired::Won { fencing, .. }) => fencing,
+            Voted::Cold => {
                 // Won, but only with the votes of masters that restarted
                 // within a TTL: wait until the first of them may vote.
                 self.give_back(Some(&judged.answers), false).await;
@@ -108,7 +85,7 @@ impl Redlock {
                     expires_in: warm_in,
                 });
             }
-            Acquired::Refused(standing) => {
+            Voted::Judged(Acquired::Refused(standing)) => {
                 self.give_back(Some(&judged.answers), false).await;
                 return match standing {
                     Standing::Unreachable { .. } => Err(self.unreachable(judged.errors)),

@@ -104,6 +104,33 @@ pub(super) enum Acquired {
     Refused(Standing),
 }
 
+/// Phase one judged when some masters restarted less than a TTL ago
+/// (`cold`): their "ours" is no vote, though their proposals still count
+/// toward the token. `Cold` when the quorum was there only with their votes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Voted {
+    Judged(Acquired),
+    Cold,
+}
+
+pub(super) fn acquire_warm(answers: &[Answer], cold: &[bool], quorum: usize) -> Voted {
+    let votes: Vec<Answer> = answers
+        .iter()
+        .zip(cold)
+        .map(|(a, cold)| match (a, cold) {
+            (Answer::Ours(_), true) => Answer::Failed,
+            (a, _) => a.clone(),
+        })
+        .collect();
+    match (acquire(&votes, quorum), acquire(answers, quorum)) {
+        (Acquired::Won { ours, .. }, Acquired::Won { fencing, .. }) => {
+            Voted::Judged(Acquired::Won { fencing, ours })
+        }
+        (Acquired::Refused(_), Acquired::Won { .. }) => Voted::Cold,
+        (refused, _) => Voted::Judged(refused),
+    }
+}
+
 pub(super) fn acquire(answers: &[Answer], quorum: usize) -> Acquired {
     let ours = answers
         .iter()
@@ -253,6 +280,45 @@ mod tests {
                 standing(&answers, quorum(answers.len())),
                 expected,
                 "{answers:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn restarted_masters_do_not_vote() {
+        let (c, w) = (true, false);
+        let table: Vec<(Vec<Answer>, Vec<bool>, Voted)> = vec![
+            // A quorum of warm masters: won, the cold proposal in the token.
+            (
+                vec![Ours(10), Ours(12), Ours(30)],
+                vec![w, w, c],
+                Voted::Judged(Acquired::Won {
+                    fencing: 30,
+                    ours: 2,
+                }),
+            ),
+            // Ours on a quorum only with a restarted master's vote.
+            (vec![Ours(10), VACANT, Ours(11)], vec![w, w, c], Voted::Cold),
+            (
+                vec![Ours(10), Ours(12), held("b", 4, 900)],
+                vec![c, w, w],
+                Voted::Cold,
+            ),
+            // Refused anyway: the standing says why.
+            (
+                vec![held("b", 4, 900), held("b", 4, 800), Ours(11)],
+                vec![w, w, c],
+                Voted::Judged(Acquired::Refused(Standing::Held {
+                    holder: holder("b", 4),
+                    expires_in: MS(800),
+                })),
+            ),
+        ];
+        for (answers, cold, verdict) in table {
+            assert_eq!(
+                acquire_warm(&answers, &cold, 2),
+                verdict,
+                "{answers:?} {cold:?}"
             );
         }
     }
