@@ -115,21 +115,36 @@ pub fn check_per_user_dir(dir: &Path) -> Result<(), String> {
 /// Opens (creating 0600) a file read-write without following a symlink,
 /// and refuses one that is not a regular file of ours.
 pub fn open_file(path: &Path) -> Result<File, String> {
-    let file = OpenOptions::new()
+    open(path, true).map(|file| file.expect("created when missing"))
+}
+
+/// As [`open_file`], for a file that may be missing (`None`), which is not
+/// created.
+pub fn open_existing(path: &Path) -> Result<Option<File>, String> {
+    open(path, false)
+}
+
+fn open(path: &Path, create: bool) -> Result<Option<File>, String> {
+    let opened = OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
+        .create(create)
         .truncate(false)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                "it is a symbolic link, which leaderd never follows (another user may have planted it); remove it, or give another path".to_string()
-            } else {
-                format!("{e}; check that the directory exists and is writable")
-            }
-        })?;
+        .open(path);
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) if !create && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err("it is a symbolic link, which leaderd never follows (another user may have planted it); remove it, or give another path".to_string());
+        }
+        Err(e) => {
+            return Err(format!(
+                "{e}; check that the directory exists and is writable"
+            ));
+        }
+    };
     let meta = file.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err("it is not a regular file; give another path".into());
@@ -140,7 +155,7 @@ pub fn open_file(path: &Path) -> Result<File, String> {
             meta.uid()
         ));
     }
-    Ok(file)
+    Ok(Some(file))
 }
 
 #[cfg(test)]

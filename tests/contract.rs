@@ -386,10 +386,16 @@ fn a_lease_deleted_from_outside_never_makes_two_children() {
             );
         }
         support::the_leader(&nodes, PATIENCE);
-        assert!(
-            support::most_alive(&logs) <= 1,
-            "{name}: two children ran at once"
-        );
+        if support::most_alive(&logs) > 1 {
+            for (node, log) in nodes.iter().zip(&logs) {
+                eprintln!(
+                    "{}\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default(),
+                    node.log().join("\n")
+                );
+            }
+            panic!("{name}: two children ran at once");
+        }
     });
 }
 

@@ -9,10 +9,14 @@
 //!   stale lock"): the holder still holds its lock on the unlinked file. It
 //!   learns at its next renewal, or within [`POLL`] from the watcher, which
 //!   stats the path; a waiter that saw the old file locked waits a TTL from
-//!   when it first saw it gone before it locks the new one;
+//!   when it first saw it gone before it locks the new one, and while it
+//!   waits it keeps looking, so a newer term on a new file is the one it
+//!   watches next;
 //! - another local user planting the path: paths are opened without
 //!   following symlinks, created 0600, and refused when another user owns
 //!   them or could swap them ([`crate::private`]).
+
+mod held;
 
 use super::vacancy::{Vacancies, Verdict};
 use super::{Acquire, BoxFuture, Error, Holder, LeaseBackend, Peek, Renew};
@@ -113,15 +117,26 @@ impl FileLease {
         checked.map_err(|e| self.error(e))
     }
 
+    fn held_error((path, detail): (PathBuf, String)) -> Error {
+        Error::File {
+            path: path.display().to_string(),
+            detail,
+        }
+    }
+
     fn open_file(&self) -> Result<File, Error> {
         private::open_file(&self.path).map_err(|e| self.error(e))
     }
 
     /// The file a holder had locked is gone or replaced, which no release
-    /// does: wait until that holder's work must have stopped.
-    fn vacated(&mut self) -> Option<Acquire> {
+    /// does: wait until that holder's work must have stopped. Asked after
+    /// this candidate locked the file at the path, so a vacancy is never
+    /// judged without a look at what is there now.
+    fn vacated(&mut self, locked: (u64, u64)) -> Option<Acquire> {
         let seen = self.seen.as_ref()?;
-        if identity(&self.path) == Some(seen.file) {
+        if locked == seen.file {
+            // The file we saw locked, unlocked: a release (or the kernel
+            // freeing a dead holder's lock).
             return None;
         }
         let term = seen.holder.fencing_token.unwrap_or(0);
@@ -130,10 +145,28 @@ impl FileLease {
                 holder: seen.holder.clone(),
                 expires_in: Some(left.min(POLL)),
             }),
-            Verdict::Free => {
-                self.seen = None;
-                None
+            Verdict::Free => None,
+        }
+    }
+
+    /// Another candidate holds the lock on `file`. It becomes the term this
+    /// candidate watches when it is the one watched already, or a newer
+    /// term: a file locked without a newer token (another waiter's lock
+    /// for a moment, a file of some other program) does not end the wait
+    /// for a vacated term.
+    fn saw_locked(&mut self, file: (u64, u64), holder: &Holder) {
+        let newer = match &self.seen {
+            None => true,
+            Some(seen) => {
+                seen.file == file
+                    || holder.fencing_token.unwrap_or(0) > seen.holder.fencing_token.unwrap_or(0)
             }
+        };
+        if newer {
+            self.seen = Some(Seen {
+                file,
+                holder: holder.clone(),
+            });
         }
     }
 
@@ -163,9 +196,6 @@ impl FileLease {
         if self.held.is_some() {
             return Err(self.error("acquire while already holding the lock"));
         }
-        if let Some(wait) = self.vacated() {
-            return Ok(wait);
-        }
         let mut file = match self.open_file() {
             Ok(file) => file,
             // Checked at start-up; again only when opening fails (a cleaner
@@ -175,18 +205,16 @@ impl FileLease {
                 self.open_file()?
             }
         };
+        let meta = file.metadata().map_err(|e| self.error(e))?;
+        let this = (meta.dev(), meta.ino());
         match file.try_lock() {
-            Ok(()) => self.seen = None,
+            Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 let holder = Self::holder_in(&mut file);
                 if let Some(f) = holder.fencing_token {
                     self.highest_fencing = self.highest_fencing.max(f);
                 }
-                let meta = file.metadata().map_err(|e| self.error(e))?;
-                self.seen = Some(Seen {
-                    file: (meta.dev(), meta.ino()),
-                    holder: holder.clone(),
-                });
+                self.saw_locked(this, &holder);
                 return Ok(Acquire::Held {
                     holder,
                     expires_in: Some(POLL),
@@ -194,6 +222,31 @@ impl FileLease {
             }
             Err(TryLockError::Error(e)) => return Err(self.error(e)),
         }
+        // Locked, but a holder may still be working on a file deleted under
+        // it: let go again (dropping the file unlocks it) and wait.
+        match held::other(&self.path, this).map_err(Self::held_error)? {
+            held::Other::None => {}
+            held::Other::Locked { file, holder } => {
+                if let Some(f) = holder.fencing_token {
+                    self.highest_fencing = self.highest_fencing.max(f);
+                }
+                self.saw_locked(file, &holder);
+                return Ok(Acquire::Held {
+                    holder,
+                    expires_in: Some(POLL),
+                });
+            }
+            // Seen let go: that term is over, however its file vanished.
+            held::Other::Unlocked { file } => {
+                if self.seen.as_ref().is_some_and(|seen| seen.file == file) {
+                    self.seen = None;
+                }
+            }
+        }
+        if let Some(wait) = self.vacated(this) {
+            return Ok(wait);
+        }
+        self.seen = None;
         let previous = Self::read_content(&mut file).map_or(0, |c| c.fencing_token);
         // Above the file's token, above anything this candidate has seen, and
         // at least the wall clock in ms (as Redis's server time is there):
@@ -213,6 +266,17 @@ impl FileLease {
             return Err(self.error(format!("cannot record the fencing token: {e}")));
         }
         self.highest_fencing = fencing_token;
+        if !held::point_at(&self.path, &file).map_err(Self::held_error)? {
+            // Deleted or replaced while we took it: whoever is there now
+            // decides at the next attempt.
+            return Ok(Acquire::Held {
+                holder: Holder {
+                    id: None,
+                    fencing_token: None,
+                },
+                expires_in: Some(POLL),
+            });
+        }
         self.held = Some(file);
         Ok(Acquire::Won {
             fencing_token,
@@ -248,24 +312,31 @@ impl FileLease {
         }
     }
 
+    /// Who holds the lock on the file at the path, or else on the file
+    /// `.held` names (a holder whose file was deleted under it).
     pub fn peek_now(&mut self) -> Result<Peek, Error> {
-        if !self.path.exists() {
-            return Ok(Peek::default());
+        let mut ours = (0, 0);
+        if let Some(mut file) = private::open_existing(&self.path).map_err(|e| self.error(e))? {
+            match file.try_lock() {
+                Ok(()) => {
+                    let meta = file.metadata().map_err(|e| self.error(e))?;
+                    ours = (meta.dev(), meta.ino());
+                }
+                Err(TryLockError::WouldBlock) => {
+                    return Ok(Peek {
+                        holder: Some(Self::holder_in(&mut file)),
+                        ..Peek::default()
+                    });
+                }
+                Err(TryLockError::Error(e)) => return Err(self.error(e)),
+            }
         }
-        let mut file = self.open_file()?;
-        match file.try_lock() {
-            Ok(()) => {
-                let _ = file.unlock();
-                Ok(Peek::default())
-            }
-            Err(TryLockError::WouldBlock) => {
-                let holder = Self::holder_in(&mut file);
-                Ok(Peek {
-                    holder: Some(holder),
-                    ..Peek::default()
-                })
-            }
-            Err(TryLockError::Error(e)) => Err(self.error(e)),
+        match held::other(&self.path, ours).map_err(Self::held_error)? {
+            held::Other::Locked { holder, .. } => Ok(Peek {
+                holder: Some(holder),
+                ..Peek::default()
+            }),
+            _ => Ok(Peek::default()),
         }
     }
 }
@@ -358,47 +429,4 @@ impl LeaseBackend for FileLease {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_holder_at_a_time_and_fencing_grows() {
-        let dir = std::env::temp_dir().join(format!("leaderd-file-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("a.lock");
-        let _ = std::fs::remove_file(&path);
-        let mut a = FileLease::new(&path, "a");
-        let mut b = FileLease::new(&path, "b");
-        let Acquire::Won {
-            fencing_token: first,
-            ..
-        } = a.acquire_now().unwrap()
-        else {
-            panic!()
-        };
-        let Acquire::Held { holder, .. } = b.acquire_now().unwrap() else {
-            panic!("b must be refused")
-        };
-        assert_eq!(holder.id.as_deref(), Some("a"));
-        assert!(matches!(a.renew_now().unwrap(), Renew::Renewed { .. }));
-        assert_eq!(
-            b.peek_now().unwrap().holder.and_then(|h| h.fencing_token),
-            Some(first)
-        );
-        assert!(a.release_now());
-        let Acquire::Won {
-            fencing_token: second,
-            ..
-        } = b.acquire_now().unwrap()
-        else {
-            panic!()
-        };
-        assert!(second > first);
-        std::fs::remove_file(&path).unwrap();
-        assert!(
-            matches!(b.renew_now().unwrap(), Renew::Lost { .. }),
-            "a deleted lock file is a lost lease"
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+mod tests;
