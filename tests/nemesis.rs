@@ -9,6 +9,8 @@
 //! - [`history`]: what is recorded (`/leader` answers, `/proc` samples, the
 //!   children's own lines, the faults);
 //! - [`checkers`]: C1–C6, pure functions of the history;
+//! - [`links`]: each candidate's own proxies to the store (its partition,
+//!   latency and connection resets);
 //! - [`sanity`]: a planted violation for each checker (`--sanity`).
 
 mod support;
@@ -17,6 +19,8 @@ mod support;
 mod checkers;
 #[path = "nemesis/history.rs"]
 mod history;
+#[path = "nemesis/links.rs"]
+mod links;
 #[path = "nemesis/run.rs"]
 mod run;
 #[path = "nemesis/sanity.rs"]

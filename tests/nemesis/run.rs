@@ -3,6 +3,7 @@
 
 use crate::checkers::{self, Report};
 use crate::history::{self, History, Injected, Ports, Recorder};
+use crate::links::Links;
 use crate::schedule::{self, Kind, Planned};
 use crate::support::backends::Scene;
 use crate::support::os::mono_ns;
@@ -31,17 +32,20 @@ pub struct Fleet {
     pub nodes: Vec<Option<Leaderd>>,
     pub logs: Vec<PathBuf>,
     pub ports: Ports,
-    args: Vec<String>,
+    /// Each candidate's own proxies to the store, and its flags.
+    links: Links,
 }
 
 impl Fleet {
+    /// `k` candidates on the store `args` select, each through its own
+    /// proxies ([`Links`]).
     pub fn start(args: Vec<String>, dir: &Path, k: usize) -> Fleet {
         let logs: Vec<PathBuf> = (0..k).map(|i| dir.join(format!("c{i}.probe"))).collect();
         let mut fleet = Fleet {
             nodes: (0..k).map(|_| None).collect(),
             logs,
             ports: Ports::default(),
-            args,
+            links: Links::new(&args, k),
         };
         fleet.ports = std::sync::Arc::new(std::sync::Mutex::new(vec![0; k]));
         for i in 0..k {
@@ -52,7 +56,7 @@ impl Fleet {
 
     pub fn launch(&mut self, i: usize) {
         let probe = support::probe_child();
-        let mut args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let mut args: Vec<&str> = self.links.args[i].iter().map(String::as_str).collect();
         args.extend_from_slice(&["--", &probe, support::path_str(&self.logs[i])]);
         let node = Leaderd::run(&format!("c{i}"), &args);
         self.ports.lock().unwrap()[i] = node.http_port;
@@ -148,6 +152,23 @@ fn begin(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet) -> Op
                 true
             })
         }
+        Kind::Overwrite => {
+            scene.steal(key);
+            true
+        }
+        Kind::Isolate | Kind::Slow | Kind::Reset => {
+            let i = fleet.target(p.pick);
+            let links = &fleet.links;
+            match p.kind {
+                _ if !links.has(i) => {}
+                Kind::Isolate => links.cut(i),
+                // From 0.1 s to 1.5 s a chunk, either way: past the store
+                // timeouts the fixtures give, now and then.
+                Kind::Slow => links.slow(i, Duration::from_millis(100 + (p.pick >> 8) % 1400)),
+                _ => links.reset(i),
+            }
+            links.has(i)
+        }
         Kind::ChildCrash => match fleet.leader().and_then(|l| running_child(&fleet.logs[l])) {
             Some(pid) => {
                 support::os::kill(pid as u32, libc::SIGKILL);
@@ -165,8 +186,10 @@ fn begin(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet) -> Op
 }
 
 /// Carries out a fault's end: heal, thaw, recover, continue or restart.
-fn end(p: &Planned, scene: &mut dyn Scene, fleet: &mut Fleet, target: usize) {
+fn end(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet, target: usize) {
     match p.kind {
+        Kind::Overwrite => scene.delete(key),
+        Kind::Isolate | Kind::Slow => fleet.links.heal(target),
         Kind::Cut => scene.heal(),
         Kind::FreezeOne => scene.thaw_one(),
         Kind::Crash => scene.recover(),
@@ -233,7 +256,7 @@ pub fn soak(
                 begin(p, scene.as_mut(), &key, &mut fleet).map(|f| (f, target))
             } else {
                 if let Some((f, target)) = injected.get_mut(&i) {
-                    end(p, scene.as_mut(), &mut fleet, *target);
+                    end(p, scene.as_mut(), &key, &mut fleet, *target);
                     f.end = mono_ns();
                 }
                 None

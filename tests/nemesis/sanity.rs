@@ -193,6 +193,10 @@ pub fn run() -> i32 {
         println!("nemesis: sanity: the schedule broke a promise: {e}");
         return 3;
     }
+    if let Err(e) = crate::links::self_test() {
+        println!("nemesis: sanity: the links' rewriting is wrong: {e}");
+        return 3;
+    }
     let (c1, c3) = two_stores();
     let c2 = counter_set_back();
     let (c4, c6) = frozen_without_failover();

@@ -8,7 +8,8 @@
 //! store faults (the lease deleted, the data lost, one node restarted) come
 //! only while no lasting store fault is in force (a frozen server cannot be
 //! told to delete). Faults of leaderd itself (SIGSTOP, SIGKILL, SIGTERM of a
-//! candidate, its child crashing) overlap everything, at random. Half the
+//! candidate, its child crashing) and of one candidate's way to the store
+//! (cut off, slowed, its connections reset) overlap everything, at random. Half the
 //! faults a store tolerates (one node frozen) come alone, with a quiet
 //! stretch before them: only then can C6 say whether the store kept
 //! electing through them.
@@ -64,6 +65,15 @@ pub enum Kind {
     LeaderdTerm,
     /// The leader's child killed (SIGKILL) under it.
     ChildCrash,
+    /// Another holder's lease written over the lease from outside, removed
+    /// again at the heal.
+    Overwrite,
+    /// One candidate cut off from the store (its own proxies frozen).
+    Isolate,
+    /// One candidate's way to the store slowed (latency on its proxies).
+    Slow,
+    /// One candidate's connections to the store closed under it.
+    Reset,
 }
 
 impl Kind {
@@ -79,12 +89,19 @@ impl Kind {
             Kind::LeaderdKill => "leaderd-kill",
             Kind::LeaderdTerm => "leaderd-term",
             Kind::ChildCrash => "child-crash",
+            Kind::Overwrite => "overwrite",
+            Kind::Isolate => "isolate",
+            Kind::Slow => "slow",
+            Kind::Reset => "reset",
         }
     }
 
     /// A store fault that lasts (and excludes the others while it does).
     pub fn lasting_store(self) -> bool {
-        matches!(self, Kind::Cut | Kind::FreezeOne | Kind::Crash)
+        matches!(
+            self,
+            Kind::Cut | Kind::FreezeOne | Kind::Crash | Kind::Overwrite
+        )
     }
 
     pub fn of_store(self) -> bool {
@@ -109,7 +126,7 @@ pub const QUIET: Duration = Duration::from_millis(7000);
 
 /// How the catalogue is weighted; store faults count double, since they are
 /// where the backends differ.
-const WEIGHTS: [(Kind, u64); 10] = [
+const WEIGHTS: [(Kind, u64); 14] = [
     (Kind::Cut, 3),
     (Kind::FreezeOne, 3),
     (Kind::Crash, 2),
@@ -120,6 +137,10 @@ const WEIGHTS: [(Kind, u64); 10] = [
     (Kind::LeaderdKill, 2),
     (Kind::LeaderdTerm, 2),
     (Kind::ChildCrash, 2),
+    (Kind::Overwrite, 2),
+    (Kind::Isolate, 2),
+    (Kind::Slow, 2),
+    (Kind::Reset, 2),
 ];
 
 /// The schedule for a run of `length` with lease `ttl`: faults from
@@ -153,7 +174,8 @@ pub fn plan(
             kind = [Kind::LeaderdStop, Kind::LeaderdKill, Kind::ChildCrash][rng.below(3) as usize];
         }
         let lasts = match kind {
-            Kind::Cut | Kind::Crash => rng.millis(ttl_ms / 4, ttl_ms * 5 / 2),
+            Kind::Cut | Kind::Crash | Kind::Isolate => rng.millis(ttl_ms / 4, ttl_ms * 5 / 2),
+            Kind::Overwrite | Kind::Slow => rng.millis(ttl_ms / 4, ttl_ms * 2),
             // Past the TTL, and past C6's bound (the TTL, the retry interval
             // and the store's failover): the store must keep electing.
             Kind::FreezeOne => rng.millis(ttl_ms * 3, ttl_ms * 5),

@@ -1,18 +1,30 @@
 //! A loopback TCP proxy: the fixture's stand-in for a DNS name that a managed
 //! Redis moves to a new primary on failover. New connections go to the
 //! current target; connections already made stay where they were. Frozen,
-//! it is a partition: connections stay open and nothing crosses.
+//! it is a partition: connections stay open and nothing crosses. Slowed, it
+//! holds every chunk back before passing it on (latency); reset, it closes
+//! every connection it carries (a middlebox or a server dropping them).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub struct Proxy {
     pub port: u16,
     target: Arc<AtomicU16>,
     frozen: Arc<AtomicBool>,
+    links: Links,
+}
+
+/// What every connection's copying threads share.
+#[derive(Clone, Default)]
+struct Links {
+    /// Milliseconds each chunk waits before it is passed on.
+    delay: Arc<AtomicU64>,
+    /// Both ends of every connection carried, for [`Proxy::reset`].
+    open: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 fn wait_thawed(frozen: &AtomicBool) {
@@ -28,23 +40,28 @@ impl Proxy {
         let port = listener.local_addr().expect("bound").port();
         let target = Arc::new(AtomicU16::new(target));
         let frozen = Arc::new(AtomicBool::new(false));
-        let (to, ice) = (target.clone(), frozen.clone());
+        let links = Links::default();
+        let (to, ice, shared) = (target.clone(), frozen.clone(), links.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
-                let (to, ice) = (to.clone(), ice.clone());
+                let (to, ice, shared) = (to.clone(), ice.clone(), shared.clone());
                 std::thread::spawn(move || {
                     wait_thawed(&ice);
                     let port = to.load(Ordering::SeqCst);
                     let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
                         return; // the client sees its connection closed
                     };
+                    if let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) {
+                        shared.open.lock().unwrap().extend([c, s]);
+                    }
                     pipe(
                         client.try_clone().expect("clone"),
                         server.try_clone().expect("clone"),
                         ice.clone(),
+                        shared.delay.clone(),
                     );
-                    pipe(server, client, ice);
+                    pipe(server, client, ice, shared.delay);
                 });
             }
         });
@@ -52,6 +69,23 @@ impl Proxy {
             port,
             target,
             frozen,
+            links,
+        }
+    }
+
+    /// Latency: every chunk, either way, waits `delay` before it crosses
+    /// (zero: none).
+    pub fn slow(&self, delay: Duration) {
+        self.links
+            .delay
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// Closes every connection carried so far, both ends; new ones are
+    /// carried as before.
+    pub fn reset(&self) {
+        for stream in self.links.open.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
         }
     }
 
@@ -76,7 +110,7 @@ impl Proxy {
 }
 
 /// Copies `from` to `to` on a thread until either side closes.
-fn pipe(mut from: TcpStream, mut to: TcpStream, frozen: Arc<AtomicBool>) {
+fn pipe(mut from: TcpStream, mut to: TcpStream, frozen: Arc<AtomicBool>, delay: Arc<AtomicU64>) {
     std::thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
         loop {
@@ -84,6 +118,10 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, frozen: Arc<AtomicBool>) {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    let wait = delay.load(Ordering::SeqCst);
+                    if wait > 0 {
+                        std::thread::sleep(Duration::from_millis(wait));
+                    }
                     // Read just before a freeze: held back until the thaw.
                     wait_thawed(&frozen);
                     if to.write_all(&buf[..n]).is_err() {
