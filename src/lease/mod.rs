@@ -184,8 +184,8 @@ impl Error {
     }
 }
 
-/// What a backend's async methods return: boxed, so the trait can be a
-/// trait object, and `Send`, so the runner can drive it on a task.
+/// What a release watcher's single watch returns ([`rewatch`]): boxed, so
+/// one loop can drive every backend's, and `Send`, to run on a task.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A lease backend. The contract, which the state machine's safety rests
@@ -231,6 +231,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///   overwritten.
 /// - **Wake-ups.** [`LeaseBackend::watch_releases`] is an optimisation only:
 ///   a lost wake-up costs latency, never correctness.
+///
+/// The methods are `async fn`s made object-safe by `async_trait` (boxed
+/// `Send` futures), so the runner holds any backend as a `Box<dyn _>`.
+#[async_trait::async_trait]
 pub trait LeaseBackend: Send {
     /// A printable name for logs and `status`: secrets redacted.
     fn describe(&self) -> String;
@@ -241,15 +245,15 @@ pub trait LeaseBackend: Send {
         Vec::new()
     }
 
-    fn acquire(&mut self) -> BoxFuture<'_, Result<Acquire, Error>>;
+    async fn acquire(&mut self) -> Result<Acquire, Error>;
 
-    fn renew(&mut self) -> BoxFuture<'_, Result<Renew, Error>>;
+    async fn renew(&mut self) -> Result<Renew, Error>;
 
     /// Releases the lease if it is still ours. `Ok(false)`: it was not, or
     /// we never held it (then nothing is sent).
-    fn release(&mut self) -> BoxFuture<'_, Result<bool, Error>>;
+    async fn release(&mut self) -> Result<bool, Error>;
 
-    fn peek(&mut self) -> BoxFuture<'_, Result<Peek, Error>>;
+    async fn peek(&mut self) -> Result<Peek, Error>;
 
     /// Starts a task that sends `()` whenever a release makes the lease worth
     /// trying now, until `stop`. `None`: waiters rely on their timers.
@@ -273,8 +277,8 @@ pub trait LeaseBackend: Send {
     /// What `run` and `check` verify over the network before campaigning.
     /// Refuses only on evidence of a configuration no retry can fix (Redlock:
     /// two URLs that reach one server); a backend that is down passes.
-    fn vet(&mut self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(std::future::ready(Ok(())))
+    async fn vet(&mut self) -> Result<(), Error> {
+        Ok(())
     }
 
     /// For a backend of several servers, how many answered the last
@@ -286,7 +290,7 @@ pub trait LeaseBackend: Send {
     /// `leaderd check`, beyond `peek`: exercise what `run` will do (as the
     /// configured user, on a scratch lease) and return one line per thing
     /// checked.
-    fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>>;
+    async fn self_check(&mut self) -> Result<Vec<String>, Error>;
 }
 
 /// The configured backend. The only place that branches on its kind.

@@ -4,6 +4,7 @@
 
 use super::EtcdLease;
 use super::client::{Client, int, uint};
+use crate::lease::LeaseBackend;
 use crate::lease::{Acquire, Error, Renew};
 use serde_json::json;
 use tokio::time::Instant;
@@ -76,7 +77,7 @@ impl EtcdLease {
             self.timing,
         );
         let key = scratch.keys.leader.clone();
-        let token = match scratch.acquire_op().await? {
+        let token = match scratch.acquire().await? {
             Acquire::Won { fencing_token, .. } => fencing_token,
             Acquire::Held { holder, .. } => {
                 return Ok(format!(
@@ -85,8 +86,8 @@ impl EtcdLease {
                 ));
             }
         };
-        let renewed = matches!(scratch.renew_op().await?, Renew::Renewed { .. });
-        scratch.release_op().await?;
+        let renewed = matches!(scratch.renew().await?, Renew::Renewed { .. });
+        scratch.release().await?;
         Ok(format!(
             "acquire, renew{} and release work on the scratch key {key} (fencing token {token}, its revision)",
             if renewed { "" } else { " (lost!)" }

@@ -24,7 +24,7 @@ mod watch;
 
 use crate::config::{BackendConfig, Config};
 use crate::lease::vacancy::{Vacancies, Verdict};
-use crate::lease::{Acquire, BoxFuture, Error, Holder, LeaseBackend, Peek, Renew};
+use crate::lease::{Acquire, Error, Holder, LeaseBackend, Peek, Renew};
 use crate::timing::Timing;
 use client::{Client, b64, int};
 use serde_json::{Value, json};
@@ -205,7 +205,70 @@ impl EtcdLease {
         }
     }
 
-    async fn acquire_op(&mut self) -> Result<Acquire, Error> {
+    fn won(&mut self, token: i64, sent_at: Instant) -> Acquire {
+        self.fencing = token;
+        self.spent = self.spent.max(token);
+        Acquire::Won {
+            fencing_token: token as u64,
+            sent_at,
+        }
+    }
+
+    /// The writes of an acquisition: the leader key bound to `lease`, and
+    /// the term record naming it.
+    fn puts(&self, lease: i64) -> Value {
+        let value = json!({ "id": self.id }).to_string();
+        let record = json!({ "id": self.id, "lease": lease.to_string() }).to_string();
+        json!([
+            { "request_put": { "key": b64(self.keys.leader.as_bytes()), "value": b64(value.as_bytes()), "lease": lease.to_string() } },
+            { "request_put": { "key": b64(self.keys.term.as_bytes()), "value": b64(record.as_bytes()) } },
+        ])
+    }
+
+    /// Creates the leader key if absent; on failure, reads it.
+    async fn create(&mut self, lease: i64) -> Result<Value, Error> {
+        let key = b64(self.keys.leader.as_bytes());
+        let txn = json!({
+            "compare": [{ "target": "CREATE", "key": key, "create_revision": "0" }],
+            "success": self.puts(lease),
+            "failure": [{ "request_range": { "key": key } }],
+        });
+        self.client.call("kv/txn", &txn).await
+    }
+
+    /// Writes our leader key again, if it is still at `revision` and bound
+    /// to `lease`: a new term of a key we already held.
+    async fn rewrite(&mut self, lease: i64, revision: i64) -> Result<Value, Error> {
+        let key = b64(self.keys.leader.as_bytes());
+        let txn = json!({
+            "compare": [
+                { "target": "LEASE", "key": key, "lease": lease.to_string() },
+                { "target": "MOD", "key": key, "mod_revision": revision.to_string() },
+            ],
+            "success": self.puts(lease),
+        });
+        self.client.call("kv/txn", &txn).await
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseBackend for EtcdLease {
+    fn describe(&self) -> String {
+        format!("{}, key {}", self.client.shown, self.keys.leader)
+    }
+
+    fn notes(&self) -> Vec<String> {
+        let ms = self.timing.ttl.as_millis();
+        if ms.is_multiple_of(1000) {
+            return Vec::new();
+        }
+        vec![format!(
+            "etcd grants leases in whole seconds: the lease on etcd lives {} s for a ttl of {ms} ms (leaderd still counts its own validity from the ttl)",
+            self.ttl_secs()
+        )]
+    }
+
+    async fn acquire(&mut self) -> Result<Acquire, Error> {
         // A waiter's look: a read first, so a held key costs no lease grant
         // and revoke.
         let look = self.look().await?;
@@ -274,52 +337,7 @@ impl EtcdLease {
         })
     }
 
-    fn won(&mut self, token: i64, sent_at: Instant) -> Acquire {
-        self.fencing = token;
-        self.spent = self.spent.max(token);
-        Acquire::Won {
-            fencing_token: token as u64,
-            sent_at,
-        }
-    }
-
-    /// The writes of an acquisition: the leader key bound to `lease`, and
-    /// the term record naming it.
-    fn puts(&self, lease: i64) -> Value {
-        let value = json!({ "id": self.id }).to_string();
-        let record = json!({ "id": self.id, "lease": lease.to_string() }).to_string();
-        json!([
-            { "request_put": { "key": b64(self.keys.leader.as_bytes()), "value": b64(value.as_bytes()), "lease": lease.to_string() } },
-            { "request_put": { "key": b64(self.keys.term.as_bytes()), "value": b64(record.as_bytes()) } },
-        ])
-    }
-
-    /// Creates the leader key if absent; on failure, reads it.
-    async fn create(&mut self, lease: i64) -> Result<Value, Error> {
-        let key = b64(self.keys.leader.as_bytes());
-        let txn = json!({
-            "compare": [{ "target": "CREATE", "key": key, "create_revision": "0" }],
-            "success": self.puts(lease),
-            "failure": [{ "request_range": { "key": key } }],
-        });
-        self.client.call("kv/txn", &txn).await
-    }
-
-    /// Writes our leader key again, if it is still at `revision` and bound
-    /// to `lease`: a new term of a key we already held.
-    async fn rewrite(&mut self, lease: i64, revision: i64) -> Result<Value, Error> {
-        let key = b64(self.keys.leader.as_bytes());
-        let txn = json!({
-            "compare": [
-                { "target": "LEASE", "key": key, "lease": lease.to_string() },
-                { "target": "MOD", "key": key, "mod_revision": revision.to_string() },
-            ],
-            "success": self.puts(lease),
-        });
-        self.client.call("kv/txn", &txn).await
-    }
-
-    async fn renew_op(&mut self) -> Result<Renew, Error> {
+    async fn renew(&mut self) -> Result<Renew, Error> {
         let Some(lease) = self.lease.filter(|_| self.fencing > 0) else {
             return Ok(Renew::Lost { holder: None });
         };
@@ -349,7 +367,7 @@ impl EtcdLease {
         }
     }
 
-    async fn release_op(&mut self) -> Result<bool, Error> {
+    async fn release(&mut self) -> Result<bool, Error> {
         let Some(lease) = self.lease else {
             return Ok(false);
         };
@@ -371,7 +389,7 @@ impl EtcdLease {
         Ok(released)
     }
 
-    async fn peek_op(&mut self) -> Result<Peek, Error> {
+    async fn peek(&mut self) -> Result<Peek, Error> {
         let Some(current) = self.read().await? else {
             return Ok(Peek::default());
         };
@@ -381,39 +399,6 @@ impl EtcdLease {
             expires_in,
             contested: false,
         })
-    }
-}
-
-impl LeaseBackend for EtcdLease {
-    fn describe(&self) -> String {
-        format!("{}, key {}", self.client.shown, self.keys.leader)
-    }
-
-    fn notes(&self) -> Vec<String> {
-        let ms = self.timing.ttl.as_millis();
-        if ms.is_multiple_of(1000) {
-            return Vec::new();
-        }
-        vec![format!(
-            "etcd grants leases in whole seconds: the lease on etcd lives {} s for a ttl of {ms} ms (leaderd still counts its own validity from the ttl)",
-            self.ttl_secs()
-        )]
-    }
-
-    fn acquire(&mut self) -> BoxFuture<'_, Result<Acquire, Error>> {
-        Box::pin(self.acquire_op())
-    }
-
-    fn renew(&mut self) -> BoxFuture<'_, Result<Renew, Error>> {
-        Box::pin(self.renew_op())
-    }
-
-    fn release(&mut self) -> BoxFuture<'_, Result<bool, Error>> {
-        Box::pin(self.release_op())
-    }
-
-    fn peek(&mut self) -> BoxFuture<'_, Result<Peek, Error>> {
-        Box::pin(self.peek_op())
     }
 
     fn watch_releases(
@@ -432,7 +417,7 @@ impl LeaseBackend for EtcdLease {
         ))
     }
 
-    fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>> {
-        Box::pin(self.report())
+    async fn self_check(&mut self) -> Result<Vec<String>, Error> {
+        self.report().await
     }
 }

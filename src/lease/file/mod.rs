@@ -19,7 +19,7 @@
 mod held;
 
 use super::vacancy::{Vacancies, Verdict};
-use super::{Acquire, BoxFuture, Error, Holder, LeaseBackend, Peek, Renew};
+use super::{Acquire, Error, Holder, LeaseBackend, Peek, Renew};
 use crate::config::{BackendConfig, Config};
 use crate::private;
 use std::fs::{File, TryLockError};
@@ -348,6 +348,7 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+#[async_trait::async_trait]
 impl LeaseBackend for FileLease {
     /// The lock file can be opened (created) now: a missing directory or
     /// a permission is a configuration error at start-up, not a retry loop.
@@ -371,20 +372,20 @@ impl LeaseBackend for FileLease {
         }
     }
 
-    fn acquire(&mut self) -> BoxFuture<'_, Result<Acquire, Error>> {
-        Box::pin(std::future::ready(self.acquire_now()))
+    async fn acquire(&mut self) -> Result<Acquire, Error> {
+        self.acquire_now()
     }
 
-    fn renew(&mut self) -> BoxFuture<'_, Result<Renew, Error>> {
-        Box::pin(std::future::ready(self.renew_now()))
+    async fn renew(&mut self) -> Result<Renew, Error> {
+        self.renew_now()
     }
 
-    fn release(&mut self) -> BoxFuture<'_, Result<bool, Error>> {
-        Box::pin(std::future::ready(Ok(self.release_now())))
+    async fn release(&mut self) -> Result<bool, Error> {
+        Ok(self.release_now())
     }
 
-    fn peek(&mut self) -> BoxFuture<'_, Result<Peek, Error>> {
-        Box::pin(std::future::ready(self.peek_now()))
+    async fn peek(&mut self) -> Result<Peek, Error> {
+        self.peek_now()
     }
 
     /// Stats the path every [`POLL`] and says when the file there changed
@@ -417,14 +418,13 @@ impl LeaseBackend for FileLease {
     }
 
     /// The directory is writable and the file can be opened and locked.
-    fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>> {
-        let checked = self.check_dir().and_then(|()| self.open_file()).map(|_| {
+    async fn self_check(&mut self) -> Result<Vec<String>, Error> {
+        self.check_dir().and_then(|()| self.open_file()).map(|_| {
             vec![format!(
                 "the lock file {} can be opened for locking",
                 self.path.display()
             )]
-        });
-        Box::pin(std::future::ready(checked))
+        })
     }
 }
 

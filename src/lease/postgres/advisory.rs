@@ -8,6 +8,7 @@
 
 use super::{PgLease, classify, connect};
 use crate::config::PgConfig;
+use crate::lease::LeaseBackend;
 use crate::lease::{Error, Holder};
 use std::time::Duration;
 use tokio_postgres::types::Type;
@@ -106,7 +107,7 @@ impl PgLease {
     /// Who holds the lock, as far as the row says (nobody: another program
     /// holds the lock).
     pub(super) async fn lock_holder(&mut self) -> Result<(Holder, Option<Duration>), Error> {
-        let peek = self.peek_op().await?;
+        let peek = self.peek().await?;
         let holder = peek.holder.unwrap_or(Holder {
             id: None,
             fencing_token: None,

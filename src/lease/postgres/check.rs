@@ -4,6 +4,7 @@
 
 use super::{PgLease, advisory, sql};
 use crate::config::PgMode;
+use crate::lease::LeaseBackend;
 use crate::lease::{Acquire, Error, Renew};
 use tokio_postgres::types::Type;
 
@@ -177,7 +178,7 @@ impl PgLease {
             shown: self.shown.clone(),
         };
         let key = scratch.key.clone();
-        let fencing = match scratch.acquire_op().await? {
+        let fencing = match scratch.acquire().await? {
             Acquire::Won { fencing_token, .. } => fencing_token,
             Acquire::Held { holder, .. } => {
                 return Ok(format!(
@@ -186,8 +187,8 @@ impl PgLease {
                 ));
             }
         };
-        let renewed = matches!(scratch.renew_op().await?, Renew::Renewed { .. });
-        scratch.release_op().await?;
+        let renewed = matches!(scratch.renew().await?, Renew::Renewed { .. });
+        scratch.release().await?;
         Ok(format!(
             "acquire, renew{} and release work on the scratch lease {key} (fencing token {fencing})",
             if renewed { "" } else { " (lost!)" }

@@ -22,7 +22,7 @@ mod wake;
 use session::{Conn, classify, connect, primary};
 
 use crate::config::{BackendConfig, Config, PgConfig, PgMode};
-use crate::lease::{Acquire, BoxFuture, Error, Holder, LeaseBackend, Peek, Renew, new_token};
+use crate::lease::{Acquire, Error, Holder, LeaseBackend, Peek, Renew, new_token};
 use crate::timing::Timing;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -157,138 +157,6 @@ impl PgLease {
         }
     }
 
-    async fn acquire_op(&mut self) -> Result<Acquire, Error> {
-        let token = self.token.get_or_insert_with(new_token).clone();
-        let sent_at = Instant::now();
-        if self.pg.mode == PgMode::Advisory && !self.take_lock().await? {
-            // The row's expiry when it has one; else (another program
-            // holds the lock) the retry interval.
-            let (holder, expires_in) = self.lock_holder().await?;
-            return Ok(Acquire::Held { holder, expires_in });
-        }
-        let (ttl, seen) = (self.ttl_ms(), self.highest_fencing as i64);
-        let statement = self.statements.acquire.clone();
-        let rows = self
-            .run(
-                &statement,
-                &[
-                    (&self.key.clone(), Type::TEXT),
-                    (&self.id.clone(), Type::TEXT),
-                    (&token, Type::TEXT),
-                    (&ttl, Type::INT8),
-                    (&seen, Type::INT8),
-                ],
-            )
-            .await;
-        let rows = match rows {
-            Ok(rows) => rows,
-            Err(e) => {
-                self.drop_lock().await;
-                return Err(e);
-            }
-        };
-        let row = rows.first().ok_or_else(|| self.unexpected("no row"))?;
-        let (holder, left) = self.holder_of(row, 1)?;
-        if let Some(seen) = holder.as_ref().and_then(|h| h.fencing_token) {
-            self.highest_fencing = self.highest_fencing.max(seen);
-        }
-        match row.try_get::<_, Option<i64>>(0) {
-            Ok(Some(fencing)) => {
-                let fencing = fencing.max(0) as u64;
-                self.highest_fencing = self.highest_fencing.max(fencing);
-                Ok(Acquire::Won {
-                    fencing_token: fencing,
-                    sent_at,
-                })
-            }
-            Ok(None) => {
-                self.drop_lock().await;
-                Ok(Acquire::Held {
-                    holder: holder.unwrap_or(Holder {
-                        id: None,
-                        fencing_token: None,
-                    }),
-                    expires_in: left,
-                })
-            }
-            Err(e) => Err(self.unexpected(&e.to_string())),
-        }
-    }
-
-    async fn renew_op(&mut self) -> Result<Renew, Error> {
-        let Some(token) = self.token.clone() else {
-            return Ok(Renew::Lost { holder: None });
-        };
-        let sent_at = Instant::now();
-        if self.pg.mode == PgMode::Advisory && !self.keep_lock().await? {
-            return Ok(Renew::Lost {
-                holder: self.lock_holder().await.ok().map(|(h, _)| h),
-            });
-        }
-        let ttl = self.ttl_ms();
-        let statement = self.statements.renew.clone();
-        let rows = self
-            .run(
-                &statement,
-                &[
-                    (&self.key.clone(), Type::TEXT),
-                    (&token, Type::TEXT),
-                    (&ttl, Type::INT8),
-                ],
-            )
-            .await?;
-        let row = rows.first().ok_or_else(|| self.unexpected("no row"))?;
-        let renewed: i64 = row
-            .try_get(0)
-            .map_err(|e| self.unexpected(&e.to_string()))?;
-        if renewed == 1 {
-            return Ok(Renew::Renewed { sent_at });
-        }
-        let (holder, _) = self.holder_of(row, 1)?;
-        self.drop_lock().await;
-        Ok(Renew::Lost { holder })
-    }
-
-    async fn release_op(&mut self) -> Result<bool, Error> {
-        let Some(token) = self.token.clone() else {
-            return Ok(false);
-        };
-        // The lock first: the release's notification must find it free. A
-        // waiter that tries in between finds the row still held, and the
-        // notification comes right after.
-        self.drop_lock().await;
-        let statement = self.statements.release.clone();
-        let rows = self
-            .run(
-                &statement,
-                &[
-                    (&self.key.clone(), Type::TEXT),
-                    (&token, Type::TEXT),
-                    (&self.channel.clone(), Type::TEXT),
-                    (&self.id.clone(), Type::TEXT),
-                ],
-            )
-            .await?;
-        self.token = None;
-        Ok(!rows.is_empty())
-    }
-
-    async fn peek_op(&mut self) -> Result<Peek, Error> {
-        let statement = self.statements.peek.clone();
-        let rows = self
-            .run(&statement, &[(&self.key.clone(), Type::TEXT)])
-            .await?;
-        let Some(row) = rows.first() else {
-            return Ok(Peek::default());
-        };
-        let (holder, expires_in) = self.holder_of(row, 0)?;
-        Ok(Peek {
-            holder,
-            expires_in,
-            contested: false,
-        })
-    }
-
     /// The holder columns starting at `at`: id, fence, milliseconds left.
     fn holder_of(&self, row: &Row, at: usize) -> Result<(Option<Holder>, Option<Duration>), Error> {
         let bad = |e: tokio_postgres::Error| self.unexpected(&e.to_string());
@@ -359,25 +227,142 @@ fn channel(table: &str, key: &str) -> String {
     format!("leaderd_{hex}")
 }
 
+#[async_trait::async_trait]
 impl LeaseBackend for PgLease {
     fn describe(&self) -> String {
         self.shown.clone()
     }
 
-    fn acquire(&mut self) -> BoxFuture<'_, Result<Acquire, Error>> {
-        Box::pin(self.acquire_op())
+    async fn acquire(&mut self) -> Result<Acquire, Error> {
+        let token = self.token.get_or_insert_with(new_token).clone();
+        let sent_at = Instant::now();
+        if self.pg.mode == PgMode::Advisory && !self.take_lock().await? {
+            // The row's expiry when it has one; else (another program
+            // holds the lock) the retry interval.
+            let (holder, expires_in) = self.lock_holder().await?;
+            return Ok(Acquire::Held { holder, expires_in });
+        }
+        let (ttl, seen) = (self.ttl_ms(), self.highest_fencing as i64);
+        let statement = self.statements.acquire.clone();
+        let rows = self
+            .run(
+                &statement,
+                &[
+                    (&self.key.clone(), Type::TEXT),
+                    (&self.id.clone(), Type::TEXT),
+                    (&token, Type::TEXT),
+                    (&ttl, Type::INT8),
+                    (&seen, Type::INT8),
+                ],
+            )
+            .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(e) => {
+                self.drop_lock().await;
+                return Err(e);
+            }
+        };
+        let row = rows.first().ok_or_else(|| self.unexpected("no row"))?;
+        let (holder, left) = self.holder_of(row, 1)?;
+        if let Some(seen) = holder.as_ref().and_then(|h| h.fencing_token) {
+            self.highest_fencing = self.highest_fencing.max(seen);
+        }
+        match row.try_get::<_, Option<i64>>(0) {
+            Ok(Some(fencing)) => {
+                let fencing = fencing.max(0) as u64;
+                self.highest_fencing = self.highest_fencing.max(fencing);
+                Ok(Acquire::Won {
+                    fencing_token: fencing,
+                    sent_at,
+                })
+            }
+            Ok(None) => {
+                self.drop_lock().await;
+                Ok(Acquire::Held {
+                    holder: holder.unwrap_or(Holder {
+                        id: None,
+                        fencing_token: None,
+                    }),
+                    expires_in: left,
+                })
+            }
+            Err(e) => Err(self.unexpected(&e.to_string())),
+        }
     }
 
-    fn renew(&mut self) -> BoxFuture<'_, Result<Renew, Error>> {
-        Box::pin(self.renew_op())
+    async fn renew(&mut self) -> Result<Renew, Error> {
+        let Some(token) = self.token.clone() else {
+            return Ok(Renew::Lost { holder: None });
+        };
+        let sent_at = Instant::now();
+        if self.pg.mode == PgMode::Advisory && !self.keep_lock().await? {
+            return Ok(Renew::Lost {
+                holder: self.lock_holder().await.ok().map(|(h, _)| h),
+            });
+        }
+        let ttl = self.ttl_ms();
+        let statement = self.statements.renew.clone();
+        let rows = self
+            .run(
+                &statement,
+                &[
+                    (&self.key.clone(), Type::TEXT),
+                    (&token, Type::TEXT),
+                    (&ttl, Type::INT8),
+                ],
+            )
+            .await?;
+        let row = rows.first().ok_or_else(|| self.unexpected("no row"))?;
+        let renewed: i64 = row
+            .try_get(0)
+            .map_err(|e| self.unexpected(&e.to_string()))?;
+        if renewed == 1 {
+            return Ok(Renew::Renewed { sent_at });
+        }
+        let (holder, _) = self.holder_of(row, 1)?;
+        self.drop_lock().await;
+        Ok(Renew::Lost { holder })
     }
 
-    fn release(&mut self) -> BoxFuture<'_, Result<bool, Error>> {
-        Box::pin(self.release_op())
+    async fn release(&mut self) -> Result<bool, Error> {
+        let Some(token) = self.token.clone() else {
+            return Ok(false);
+        };
+        // The lock first: the release's notification must find it free. A
+        // waiter that tries in between finds the row still held, and the
+        // notification comes right after.
+        self.drop_lock().await;
+        let statement = self.statements.release.clone();
+        let rows = self
+            .run(
+                &statement,
+                &[
+                    (&self.key.clone(), Type::TEXT),
+                    (&token, Type::TEXT),
+                    (&self.channel.clone(), Type::TEXT),
+                    (&self.id.clone(), Type::TEXT),
+                ],
+            )
+            .await?;
+        self.token = None;
+        Ok(!rows.is_empty())
     }
 
-    fn peek(&mut self) -> BoxFuture<'_, Result<Peek, Error>> {
-        Box::pin(self.peek_op())
+    async fn peek(&mut self) -> Result<Peek, Error> {
+        let statement = self.statements.peek.clone();
+        let rows = self
+            .run(&statement, &[(&self.key.clone(), Type::TEXT)])
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(Peek::default());
+        };
+        let (holder, expires_in) = self.holder_of(row, 0)?;
+        Ok(Peek {
+            holder,
+            expires_in,
+            contested: false,
+        })
     }
 
     fn watch_releases(
@@ -399,11 +384,11 @@ impl LeaseBackend for PgLease {
         ))
     }
 
-    fn vet(&mut self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(self.vet_op())
+    async fn vet(&mut self) -> Result<(), Error> {
+        self.vet_op().await
     }
 
-    fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>> {
-        Box::pin(self.report())
+    async fn self_check(&mut self) -> Result<Vec<String>, Error> {
+        self.report().await
     }
 }

@@ -17,7 +17,7 @@ mod sentinel;
 mod tls;
 pub mod wake;
 
-use super::{Acquire, BoxFuture, Error, Holder, LeaseBackend, Peek, Renew, new_token};
+use super::{Acquire, Error, Holder, LeaseBackend, Peek, Renew, new_token};
 use crate::config::{BackendConfig, Config, RedisUrl, WaitReplicas};
 use link::{Link, classify};
 use redis::Value;
@@ -166,131 +166,6 @@ impl RedisLease {
             .map_err(|e| classify(e, &self.link.url, self.link.timeout))
     }
 
-    async fn acquire_op(&mut self) -> Result<Acquire, Error> {
-        let token = self.token.get_or_insert_with(new_token).clone();
-        let sent_at = Instant::now();
-        let call = eval(
-            &self.scripts.acquire,
-            &[&self.lease_key, &self.fence_key, &self.term_key],
-            &[&token, &self.id_json, &self.ttl_ms, &self.highest_fencing],
-        );
-        let (reply, replication) =
-            match self.link.write(&call).await.map_err(|e| self.wrong_type(e)) {
-                Ok(written) => written,
-                Err(e) => {
-                    if let Error::Blocked { .. } = e {
-                        // The script failed before writing: this token did not win.
-                        self.token = None;
-                    }
-                    return Err(e);
-                }
-            };
-        match parse_reply(&reply, &self.link.url)? {
-            Reply::Held(holder, expires_in) if self.blocked(&holder, expires_in).is_some() => {
-                self.token = None;
-                Err(self.blocked(&holder, expires_in).expect("checked"))
-            }
-            Reply::Ours(fencing_token) => {
-                self.highest_fencing = self.highest_fencing.max(fencing_token);
-                if let Some(short) = replication.shortfall(&self.link.url) {
-                    // Not acknowledged by enough replicas: a failover now
-                    // could hand the lease to another. Give it back (owner-
-                    // checked, on the same primary) and fail the attempt.
-                    let _ = self.release_op().await;
-                    return Err(short);
-                }
-                Ok(Acquire::Won {
-                    fencing_token,
-                    sent_at,
-                })
-            }
-            Reply::Held(holder, expires_in) => {
-                // Not ours: an earlier timed-out attempt with this token lost.
-                self.token = None;
-                self.observe(&holder);
-                Ok(Acquire::Held {
-                    holder: holder.unwrap_or(Holder {
-                        id: None,
-                        fencing_token: None,
-                    }),
-                    expires_in,
-                })
-            }
-        }
-    }
-
-    async fn renew_op(&mut self) -> Result<Renew, Error> {
-        let Some(token) = self.token.clone() else {
-            return Ok(Renew::Lost { holder: None });
-        };
-        let sent_at = Instant::now();
-        let call = eval(
-            &self.scripts.renew,
-            &[&self.lease_key, &self.term_key],
-            &[&token, &self.ttl_ms],
-        );
-        let (reply, replication) = self.link.write(&call).await?;
-        match parse_reply(&reply, &self.link.url)? {
-            // Too few acknowledgements: a failed renewal (not a lost one),
-            // so a leader whose replicas stay away steps down at its deadline.
-            Reply::Ours(_) => match replication.shortfall(&self.link.url) {
-                Some(short) => Err(short),
-                None => Ok(Renew::Renewed { sent_at }),
-            },
-            Reply::Held(holder, _) => {
-                self.token = None;
-                self.observe(&holder);
-                Ok(Renew::Lost { holder })
-            }
-        }
-    }
-
-    async fn release_op(&mut self) -> Result<bool, Error> {
-        let Some(token) = self.token.clone() else {
-            return Ok(false);
-        };
-        let call = eval(
-            &self.scripts.release,
-            &[&self.lease_key, &self.wake_key, &self.term_key],
-            &[
-                &token,
-                &self.channel,
-                &wake::WAKE_COPIES,
-                &(wake::WAKE_LINGER.as_millis() as u64),
-            ],
-        );
-        let reply = self.link.invoke(&call).await?;
-        self.token = None;
-        match reply {
-            Value::Int(1) => Ok(true),
-            Value::Int(0) => Ok(false),
-            other => Err(unexpected(&self.link.url, &other)),
-        }
-    }
-
-    async fn peek_op(&mut self) -> Result<Peek, Error> {
-        let call = eval(&self.scripts.peek, &[&self.lease_key, &self.term_key], &[]);
-        let reply = self
-            .link
-            .invoke(&call)
-            .await
-            .map_err(|e| self.wrong_type(e))?;
-        match parse_reply(&reply, &self.link.url)? {
-            Reply::Held(holder, expires_in) => {
-                if let Some(blocked) = self.blocked(&holder, expires_in) {
-                    return Err(blocked);
-                }
-                self.observe(&holder);
-                Ok(Peek {
-                    holder,
-                    expires_in,
-                    contested: false,
-                })
-            }
-            Reply::Ours(_) => Err(unexpected(&self.link.url, &reply)),
-        }
-    }
-
     /// A lease nobody can take over: a value leaderd did not write, or one
     /// without an expiry (leaderd always sets one; `PERSIST` removes it),
     /// which never lapses if its holder is gone.
@@ -328,24 +203,21 @@ fn blocked(
     holder: &Option<Holder>,
     expires_in: Option<Duration>,
 ) -> Option<Error> {
-    {
-        let holder = holder.as_ref()?;
-        let what = match (&holder.id, expires_in) {
-            (None, None) => {
-                "it holds a value leaderd did not write, with no expiry, so it never lapses"
-                    .to_string()
-            }
-            (None, Some(left)) => format!(
-                "it holds a value leaderd did not write (it expires in {})",
-                crate::config::show_duration(left)
-            ),
-            (Some(id), None) => format!(
-                "it has no expiry (made permanent, e.g. by PERSIST), so it never lapses if its holder {id:?} is gone"
-            ),
-            (Some(_), Some(_)) => return None,
-        };
-        Some(blocked_error(url, key, what))
-    }
+    let holder = holder.as_ref()?;
+    let what = match (&holder.id, expires_in) {
+        (None, None) => {
+            "it holds a value leaderd did not write, with no expiry, so it never lapses".to_string()
+        }
+        (None, Some(left)) => format!(
+            "it holds a value leaderd did not write (it expires in {})",
+            crate::config::show_duration(left)
+        ),
+        (Some(id), None) => format!(
+            "it has no expiry (made permanent, e.g. by PERSIST), so it never lapses if its holder {id:?} is gone"
+        ),
+        (Some(_), Some(_)) => return None,
+    };
+    Some(blocked_error(url, key, what))
 }
 
 fn blocked_error(url: &str, key: &str, what: String) -> Error {
@@ -359,25 +231,135 @@ fn blocked_error(url: &str, key: &str, what: String) -> Error {
     }
 }
 
+#[async_trait::async_trait]
 impl LeaseBackend for RedisLease {
     fn describe(&self) -> String {
         self.link.url.clone()
     }
 
-    fn acquire(&mut self) -> BoxFuture<'_, Result<Acquire, Error>> {
-        Box::pin(self.acquire_op())
+    async fn acquire(&mut self) -> Result<Acquire, Error> {
+        let token = self.token.get_or_insert_with(new_token).clone();
+        let sent_at = Instant::now();
+        let call = eval(
+            &self.scripts.acquire,
+            &[&self.lease_key, &self.fence_key, &self.term_key],
+            &[&token, &self.id_json, &self.ttl_ms, &self.highest_fencing],
+        );
+        let (reply, replication) =
+            match self.link.write(&call).await.map_err(|e| self.wrong_type(e)) {
+                Ok(written) => written,
+                Err(e) => {
+                    if let Error::Blocked { .. } = e {
+                        // The script failed before writing: this token did not win.
+                        self.token = None;
+                    }
+                    return Err(e);
+                }
+            };
+        match parse_reply(&reply, &self.link.url)? {
+            Reply::Held(holder, expires_in) if self.blocked(&holder, expires_in).is_some() => {
+                self.token = None;
+                Err(self.blocked(&holder, expires_in).expect("checked"))
+            }
+            Reply::Ours(fencing_token) => {
+                self.highest_fencing = self.highest_fencing.max(fencing_token);
+                if let Some(short) = replication.shortfall(&self.link.url) {
+                    // Not acknowledged by enough replicas: a failover now
+                    // could hand the lease to another. Give it back (owner-
+                    // checked, on the same primary) and fail the attempt.
+                    let _ = self.release().await;
+                    return Err(short);
+                }
+                Ok(Acquire::Won {
+                    fencing_token,
+                    sent_at,
+                })
+            }
+            Reply::Held(holder, expires_in) => {
+                // Not ours: an earlier timed-out attempt with this token lost.
+                self.token = None;
+                self.observe(&holder);
+                Ok(Acquire::Held {
+                    holder: holder.unwrap_or(Holder {
+                        id: None,
+                        fencing_token: None,
+                    }),
+                    expires_in,
+                })
+            }
+        }
     }
 
-    fn renew(&mut self) -> BoxFuture<'_, Result<Renew, Error>> {
-        Box::pin(self.renew_op())
+    async fn renew(&mut self) -> Result<Renew, Error> {
+        let Some(token) = self.token.clone() else {
+            return Ok(Renew::Lost { holder: None });
+        };
+        let sent_at = Instant::now();
+        let call = eval(
+            &self.scripts.renew,
+            &[&self.lease_key, &self.term_key],
+            &[&token, &self.ttl_ms],
+        );
+        let (reply, replication) = self.link.write(&call).await?;
+        match parse_reply(&reply, &self.link.url)? {
+            // Too few acknowledgements: a failed renewal (not a lost one),
+            // so a leader whose replicas stay away steps down at its deadline.
+            Reply::Ours(_) => match replication.shortfall(&self.link.url) {
+                Some(short) => Err(short),
+                None => Ok(Renew::Renewed { sent_at }),
+            },
+            Reply::Held(holder, _) => {
+                self.token = None;
+                self.observe(&holder);
+                Ok(Renew::Lost { holder })
+            }
+        }
     }
 
-    fn release(&mut self) -> BoxFuture<'_, Result<bool, Error>> {
-        Box::pin(self.release_op())
+    async fn release(&mut self) -> Result<bool, Error> {
+        let Some(token) = self.token.clone() else {
+            return Ok(false);
+        };
+        let call = eval(
+            &self.scripts.release,
+            &[&self.lease_key, &self.wake_key, &self.term_key],
+            &[
+                &token,
+                &self.channel,
+                &wake::WAKE_COPIES,
+                &(wake::WAKE_LINGER.as_millis() as u64),
+            ],
+        );
+        let reply = self.link.invoke(&call).await?;
+        self.token = None;
+        match reply {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            other => Err(unexpected(&self.link.url, &other)),
+        }
     }
 
-    fn peek(&mut self) -> BoxFuture<'_, Result<Peek, Error>> {
-        Box::pin(self.peek_op())
+    async fn peek(&mut self) -> Result<Peek, Error> {
+        let call = eval(&self.scripts.peek, &[&self.lease_key, &self.term_key], &[]);
+        let reply = self
+            .link
+            .invoke(&call)
+            .await
+            .map_err(|e| self.wrong_type(e))?;
+        match parse_reply(&reply, &self.link.url)? {
+            Reply::Held(holder, expires_in) => {
+                if let Some(blocked) = self.blocked(&holder, expires_in) {
+                    return Err(blocked);
+                }
+                self.observe(&holder);
+                Ok(Peek {
+                    holder,
+                    expires_in,
+                    contested: false,
+                })
+            }
+            Reply::Ours(_) => Err(unexpected(&self.link.url, &reply)),
+        }
     }
 
     fn watch_releases(
@@ -393,41 +375,39 @@ impl LeaseBackend for RedisLease {
     /// as the configured user, and one short `BLPOP` on its wake list, so a
     /// missing ACL permission shows up now rather than at the first
     /// election. Leaves only the scratch fence counter behind.
-    fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>> {
-        Box::pin(async move {
-            let mut scratch_config = self.config.clone().expect("opened from a Config");
-            scratch_config.key = format!("{}.check", scratch_config.key);
-            let mut scratch = RedisLease::open(&scratch_config)?;
-            match scratch.acquire_op().await? {
-                Acquire::Won { .. } => {
-                    scratch.renew_op().await?;
-                    scratch.release_op().await?;
-                }
-                // Another `check` is running right now: acquire was still exercised.
-                Acquire::Held { .. } => {}
+    async fn self_check(&mut self) -> Result<Vec<String>, Error> {
+        let mut scratch_config = self.config.clone().expect("opened from a Config");
+        scratch_config.key = format!("{}.check", scratch_config.key);
+        let mut scratch = RedisLease::open(&scratch_config)?;
+        match scratch.acquire().await? {
+            Acquire::Won { .. } => {
+                scratch.renew().await?;
+                scratch.release().await?;
             }
-            scratch.probe_wake_queue().await?;
-            let mut lines = Vec::new();
-            if !matches!(scratch.link.route, route::Route::Direct)
-                || scratch.link.wait != WaitReplicas::Count(0)
-            {
-                lines.extend(scratch.link.report().await?);
-            }
-            if let BackendConfig::Redis {
-                url, timeout, tls, ..
-            } = &scratch_config.backend
-                && url.is_tls()
-                && url.sentinel().is_none()
-                && url.cluster().is_none()
-            {
-                lines.extend(tls::report(url, tls, *timeout).await?);
-            }
-            lines.push(format!(
+            // Another `check` is running right now: acquire was still exercised.
+            Acquire::Held { .. } => {}
+        }
+        scratch.probe_wake_queue().await?;
+        let mut lines = Vec::new();
+        if !matches!(scratch.link.route, route::Route::Direct)
+            || scratch.link.wait != WaitReplicas::Count(0)
+        {
+            lines.extend(scratch.link.report().await?);
+        }
+        if let BackendConfig::Redis {
+            url, timeout, tls, ..
+        } = &scratch_config.backend
+            && url.is_tls()
+            && url.sentinel().is_none()
+            && url.cluster().is_none()
+        {
+            lines.extend(tls::report(url, tls, *timeout).await?);
+        }
+        lines.push(format!(
                 "acquire, renew, release and the wait for wake-ups run as the configured user (scratch key {})",
                 scratch.lease_key
             ));
-            Ok(lines)
-        })
+        Ok(lines)
     }
 }
 

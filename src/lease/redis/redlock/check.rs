@@ -10,6 +10,7 @@ use super::super::link::{Link, classify};
 use super::super::{tls, wake};
 use super::Redlock;
 use crate::config::BackendConfig;
+use crate::lease::LeaseBackend;
 use crate::lease::{Acquire, Error, new_token};
 use futures_util::future::join_all;
 
@@ -96,8 +97,8 @@ pub(super) async fn report(lease: &mut Redlock) -> Result<Vec<String>, Error> {
     scratch_config.key = format!("{}.check", scratch_config.key);
     let mut scratch = Redlock::open(&scratch_config)?;
     if let Acquire::Won { .. } = scratch.acquire_op().await? {
-        scratch.renew_op().await?;
-        scratch.release_op().await?;
+        scratch.renew().await?;
+        scratch.release().await?;
     }
     let mut blocking = 0;
     for node in &scratch.nodes {

@@ -22,7 +22,7 @@ use super::link::Link;
 use super::script::{Reply, Scripts, eval, parse_reply};
 use super::{Keys, blocked, keys, route, tls, wake};
 use crate::config::{BackendConfig, Config, RedisTls, RedisUrl, WaitReplicas};
-use crate::lease::{Acquire, BoxFuture, Error, LeaseBackend, Nodes, Peek, Renew};
+use crate::lease::{Acquire, Error, LeaseBackend, Nodes, Peek, Renew};
 use crate::timing::Timing;
 use futures_util::future::join_all;
 use redis::{Cmd, Value};
@@ -174,63 +174,6 @@ impl Redlock {
         format!("Redlock over {} Redis masters", self.nodes.len())
     }
 
-    async fn renew_op(&mut self) -> Result<Renew, Error> {
-        let Some(token) = self.token.clone() else {
-            return Ok(Renew::Lost { holder: None });
-        };
-        let sent_at = Instant::now();
-        // A master that lost the key gets it back only while our own
-        // clock says the lease is still ours.
-        let restore = match self.valid_until {
-            Some(valid) if sent_at < valid => self.fencing,
-            _ => 0,
-        };
-        let call = eval(
-            &self.scripts.reclaim,
-            &[&self.keys.lease, &self.keys.fence, &self.keys.term],
-            &[&token, &self.ttl_ms(), &self.id_json, &restore],
-        );
-        let replies = self.on_all(&call).await;
-        let judged = self.answers(replies)?;
-        match tally::renew(&judged.answers, self.quorum) {
-            Renewed::Yes { restored } => {
-                if restored > 0 {
-                    tracing::info!(
-                        restored,
-                        "the lease was gone from {restored} master(s) (restarted empty, or the key expired early); re-created it there"
-                    );
-                }
-                self.valid_until = Some(self.timing.validity_end(sent_at));
-                Ok(Renew::Renewed { sent_at })
-            }
-            Renewed::Lost(standing) => {
-                let holder = match standing {
-                    Standing::Held { holder, .. } => Some(holder),
-                    _ => None,
-                };
-                // Our leadership ended: wake the waiters of any master
-                // where it did.
-                self.give_back(Some(&judged.answers), true).await;
-                Ok(Renew::Lost { holder })
-            }
-            Renewed::Failed { ours, failed } => Err(Error::Connection {
-                backend: self.describe_short(),
-                detail: format!(
-                    "renewed on {ours} master(s) and {failed} did not answer; {} needed",
-                    self.quorum
-                ),
-            }),
-        }
-    }
-
-    /// Releases on every master (each wakes its own waiters). The token is
-    /// forgotten only once every master answered, so the next acquire
-    /// recognises a key a silent master may still hold.
-    async fn release_op(&mut self) -> Result<bool, Error> {
-        let every = vec![true; self.nodes.len()];
-        self.release_on(&every, wake::WAKE_COPIES).await
-    }
-
     /// Releases on the masters marked in `on`, pushing `wake_copies`
     /// wake-ups on each (0: a quiet give-back).
     async fn release_on(&mut self, on: &[bool], wake_copies: usize) -> Result<bool, Error> {
@@ -291,30 +234,6 @@ impl Redlock {
         }
         self.answered = answered;
     }
-
-    async fn peek_op(&mut self) -> Result<Peek, Error> {
-        let call = eval(
-            &self.scripts.peek,
-            &[&self.keys.lease, &self.keys.term],
-            &[],
-        );
-        let replies = self.on_all(&call).await;
-        let judged = self.answers(replies)?;
-        Ok(match tally::standing(&judged.answers, self.quorum) {
-            Standing::Unreachable { .. } => return Err(self.unreachable(judged.errors)),
-            Standing::Vacant => Peek::default(),
-            Standing::Held { holder, expires_in } => Peek {
-                holder: Some(holder),
-                expires_in,
-                contested: false,
-            },
-            Standing::Contested { expires_in, .. } => Peek {
-                holder: None,
-                expires_in,
-                contested: true,
-            },
-        })
-    }
 }
 
 /// Answers of every master to one operation, and the errors of those that
@@ -351,6 +270,7 @@ fn link(
     })
 }
 
+#[async_trait::async_trait]
 impl LeaseBackend for Redlock {
     fn describe(&self) -> String {
         let urls: Vec<&str> = self.nodes.iter().map(|n| n.url.as_str()).collect();
@@ -362,20 +282,89 @@ impl LeaseBackend for Redlock {
         )
     }
 
-    fn acquire(&mut self) -> BoxFuture<'_, Result<Acquire, Error>> {
-        Box::pin(self.acquire_op())
+    async fn acquire(&mut self) -> Result<Acquire, Error> {
+        self.acquire_op().await
     }
 
-    fn renew(&mut self) -> BoxFuture<'_, Result<Renew, Error>> {
-        Box::pin(self.renew_op())
+    async fn renew(&mut self) -> Result<Renew, Error> {
+        let Some(token) = self.token.clone() else {
+            return Ok(Renew::Lost { holder: None });
+        };
+        let sent_at = Instant::now();
+        // A master that lost the key gets it back only while our own
+        // clock says the lease is still ours.
+        let restore = match self.valid_until {
+            Some(valid) if sent_at < valid => self.fencing,
+            _ => 0,
+        };
+        let call = eval(
+            &self.scripts.reclaim,
+            &[&self.keys.lease, &self.keys.fence, &self.keys.term],
+            &[&token, &self.ttl_ms(), &self.id_json, &restore],
+        );
+        let replies = self.on_all(&call).await;
+        let judged = self.answers(replies)?;
+        match tally::renew(&judged.answers, self.quorum) {
+            Renewed::Yes { restored } => {
+                if restored > 0 {
+                    tracing::info!(
+                        restored,
+                        "the lease was gone from {restored} master(s) (restarted empty, or the key expired early); re-created it there"
+                    );
+                }
+                self.valid_until = Some(self.timing.validity_end(sent_at));
+                Ok(Renew::Renewed { sent_at })
+            }
+            Renewed::Lost(standing) => {
+                let holder = match standing {
+                    Standing::Held { holder, .. } => Some(holder),
+                    _ => None,
+                };
+                // Our leadership ended: wake the waiters of any master
+                // where it did.
+                self.give_back(Some(&judged.answers), true).await;
+                Ok(Renew::Lost { holder })
+            }
+            Renewed::Failed { ours, failed } => Err(Error::Connection {
+                backend: self.describe_short(),
+                detail: format!(
+                    "renewed on {ours} master(s) and {failed} did not answer; {} needed",
+                    self.quorum
+                ),
+            }),
+        }
     }
 
-    fn release(&mut self) -> BoxFuture<'_, Result<bool, Error>> {
-        Box::pin(self.release_op())
+    /// Releases on every master (each wakes its own waiters). The token is
+    /// forgotten only once every master answered, so the next acquire
+    /// recognises a key a silent master may still hold.
+    async fn release(&mut self) -> Result<bool, Error> {
+        let every = vec![true; self.nodes.len()];
+        self.release_on(&every, wake::WAKE_COPIES).await
     }
 
-    fn peek(&mut self) -> BoxFuture<'_, Result<Peek, Error>> {
-        Box::pin(self.peek_op())
+    async fn peek(&mut self) -> Result<Peek, Error> {
+        let call = eval(
+            &self.scripts.peek,
+            &[&self.keys.lease, &self.keys.term],
+            &[],
+        );
+        let replies = self.on_all(&call).await;
+        let judged = self.answers(replies)?;
+        Ok(match tally::standing(&judged.answers, self.quorum) {
+            Standing::Unreachable { .. } => return Err(self.unreachable(judged.errors)),
+            Standing::Vacant => Peek::default(),
+            Standing::Held { holder, expires_in } => Peek {
+                holder: Some(holder),
+                expires_in,
+                contested: false,
+            },
+            Standing::Contested { expires_in, .. } => Peek {
+                holder: None,
+                expires_in,
+                contested: true,
+            },
+        })
     }
 
     fn nodes(&self) -> Option<Nodes> {
@@ -414,16 +403,14 @@ impl LeaseBackend for Redlock {
         }))
     }
 
-    fn vet(&mut self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            let prefix = format!("leaderd:{{{}}}", self.config.key);
-            check::probe(&mut self.nodes, &prefix).await.map(drop)
-        })
+    async fn vet(&mut self) -> Result<(), Error> {
+        let prefix = format!("leaderd:{{{}}}", self.config.key);
+        check::probe(&mut self.nodes, &prefix).await.map(drop)
     }
 
     /// The independence probe, then acquire, renew and release on a
     /// scratch election (`KEY.check`) and a short `BLPOP` on every master.
-    fn self_check(&mut self) -> BoxFuture<'_, Result<Vec<String>, Error>> {
-        Box::pin(check::report(self))
+    async fn self_check(&mut self) -> Result<Vec<String>, Error> {
+        check::report(self).await
     }
 }
