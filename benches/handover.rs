@@ -9,7 +9,9 @@
 //! handover is measured from the SIGTERM sent to the old leader to the
 //! moment the new leader's child runs, and overlaps can be checked.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
+// The benchmark uses some of the fixtures only.
+#[allow(dead_code)]
 mod support;
 
 use std::io::Write;

@@ -8,8 +8,12 @@
 //! - [`machine`]: the pure state machine, `step(state, event, now)`, with the
 //!   lease rules of [`timing`]. No I/O.
 //! - [`runner`]: the one async loop that feeds the machine events and performs
-//!   its actions against [`lease`] (the [`lease::LeaseBackend`] trait: Redis,
-//!   lock file) and [`work`] (the child behind its guard, webhooks).
+//!   its actions against [`lease`] (the [`lease::LeaseBackend`] trait and a
+//!   folder per backend: `redis/` with Sentinel, Cluster and `redlock/`,
+//!   `postgres/`, `etcd/`, `file/` the lock file) and [`work`] (the child
+//!   behind its guard, webhooks).
+//! - [`private`]: local paths no other user can plant or swap (the lock
+//!   file, the admin socket).
 //! - [`status`]: the snapshot the runner publishes; [`http`] serves it, with
 //!   [`metrics`]; [`admin`]: the local socket `leaderd step-down` talks to.
 //! - [`reference`](mod@reference): completions and man pages from the clap definitions.

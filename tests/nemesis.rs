@@ -13,6 +13,9 @@
 //!   latency and connection resets);
 //! - [`sanity`]: a planted violation for each checker (`--sanity`).
 
+#[path = "it/support/mod.rs"]
+// The nemesis uses some of the fixtures only.
+#[allow(dead_code)]
 mod support;
 
 #[path = "nemesis/checkers.rs"]

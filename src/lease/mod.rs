@@ -14,7 +14,7 @@
 //! A new backend is a module here implementing [`LeaseBackend`] (with its
 //! own `open(&Config)` constructor) and touches three existing files:
 //! 1. `lease/mod.rs` (this file): `mod`, one arm in [`open`], its name in
-//!    [`BACKENDS`], which the contract suite (`tests/contract.rs`) checks
+//!    [`BACKENDS`], which the contract suite (`tests/it/contract.rs`) checks
 //!    it runs against;
 //! 2. `config/backend.rs`: its variant of [`crate::config::BackendConfig`]
 //!    and the resolution of its options;
@@ -22,7 +22,7 @@
 //!    default, help), from which the command line, the config file's
 //!    schema and the docs' tests derive.
 //!
-//! Its tests: a `Scene` in `tests/support/backends.rs` and a line in the
+//! Its tests: a `Scene` in `tests/it/support/backends.rs` and a line in the
 //! contract suite's `SCENES`.
 
 pub mod etcd;
@@ -189,7 +189,7 @@ impl Error {
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A lease backend. The contract, which the state machine's safety rests
-/// on and the contract suite (`tests/contract.rs`) checks for each one:
+/// on and the contract suite (`tests/it/contract.rs`) checks for each one:
 ///
 /// - **Ownership.** The backend makes a random ownership token per
 ///   candidate, keeps it, and never returns, logs or serves it (nor anything

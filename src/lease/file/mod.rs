@@ -6,12 +6,13 @@
 //! Two things can take the lease away without a release, and both are
 //! handled as the contract's vacancy rule says:
 //! - the file deleted or replaced (a tmp cleaner, an operator "removing a
-//!   stale lock"): the holder still holds its lock on the unlinked file. It
-//!   learns at its next renewal, or within [`POLL`] from the watcher, which
-//!   stats the path; a waiter that saw the old file locked waits a TTL from
-//!   when it first saw it gone before it locks the new one, and while it
-//!   waits it keeps looking, so a newer term on a new file is the one it
-//!   watches next;
+//!   stale lock"): the holder still holds its lock on the unlinked file,
+//!   which `held` keeps visible as `PATH.held`, so candidates wait until
+//!   it lets go. It learns at its next renewal, or within `POLL` (200 ms)
+//!   from the watcher, which stats the path. With `.held` gone too, a
+//!   waiter that saw the old file locked waits a TTL from when it first saw
+//!   it gone, and keeps looking meanwhile (a newer term on a new file is
+//!   the one it watches next);
 //! - another local user planting the path: paths are opened without
 //!   following symlinks, created 0600, and refused when another user owns
 //!   them or could swap them ([`crate::private`]).

@@ -3,7 +3,7 @@
 //! outside, fencing tokens (create revisions) over handovers and a member
 //! restart, and authentication mistakes.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::Duration;

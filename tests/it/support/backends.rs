@@ -1,4 +1,4 @@
-//! One scene per lease backend for the contract suite (`tests/contract.rs`):
+//! One scene per lease backend for the contract suite (`tests/it/contract.rs`):
 //! how to point candidates at it, and the faults it can be put through.
 
 use super::{Redis, temp_dir};
@@ -20,6 +20,7 @@ pub trait Scene {
     /// its data ([`Scene::lose_data`]): not a single Redis (nor Sentinel's
     /// master, nor a Cluster's slot owner) without persistence, nor a
     /// PostgreSQL table truncated, which are documented limits.
+    #[allow(dead_code)] // the nemesis only
     fn survives_data_loss(&self) -> bool {
         true
     }
@@ -48,6 +49,7 @@ pub trait Scene {
     /// kill -9 and restart of node `which` (modulo the node count) of a store
     /// of several nodes, with its data where it keeps any; `false` for a
     /// store of one node.
+    #[allow(dead_code)] // the nemesis only
     fn restart_one(&mut self, _which: usize) -> bool {
         false
     }
@@ -420,6 +422,7 @@ impl Scene for RedlockScene {
         self.masters.nodes[0].resume();
     }
     /// Restarted empty (no persistence).
+    #[allow(dead_code)] // the nemesis only
     fn restart_one(&mut self, which: usize) -> bool {
         let n = self.masters.nodes.len();
         self.masters.nodes[which % n].restart();
@@ -599,6 +602,7 @@ impl Scene for EtcdScene {
             m.restart();
         }
     }
+    #[allow(dead_code)] // the nemesis only
     fn restart_one(&mut self, which: usize) -> bool {
         let n = self.etcd.members.len();
         if n < 3 {

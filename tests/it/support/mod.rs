@@ -3,8 +3,6 @@
 //! Everything is killed on drop. Waiting is done by polling a condition with
 //! a deadline, never by sleeping a fixed time.
 
-#![allow(dead_code)]
-
 pub mod backends;
 pub mod cluster;
 pub mod etcd;

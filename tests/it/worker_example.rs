@@ -1,7 +1,7 @@
 //! The example worker the compose demo and the Kubernetes example run
 //! (`examples/worker.rs`): it must do what README says it shows.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::{Leaderd, Redis};

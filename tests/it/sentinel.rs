@@ -2,7 +2,7 @@
 //! and a master killed, with candidates renewing throughout and `/leader`
 //! polled every 10 ms on all of them; and a lost sentinel majority.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! (a log pipe nobody reads, a closed stderr, leaderd frozen whole, file
 //! descriptors exhausted) and a lease key nobody can take, tried for real.
 
-mod support;
+use crate::support;
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Faults injected for real: Redis paused with SIGSTOP, killed and restarted,
 //! unreachable at start; signals while Redis is gone.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::{FAST, Leaderd, Redis, eventually, on_redis};

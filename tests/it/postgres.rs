@@ -3,7 +3,7 @@
 //! stop and restart, a partitioned leader in advisory mode. Set-up and
 //! mistakes are in `postgres_setup.rs`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::postgres::Postgres;

@@ -242,10 +242,6 @@ impl Postgres {
             .unwrap_or_else(|| panic!("psql failed on port {}: {sql}", self.port))
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
     /// `pg_ctl stop -m immediate`: SIGQUIT to the postmaster, no checkpoint.
     pub fn stop_immediate(&mut self) {
         if let Some(mut child) = self.child.take() {

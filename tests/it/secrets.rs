@@ -2,7 +2,7 @@
 //! files, the command-line warning, and a lease value that no longer holds
 //! the ownership token.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -116,14 +116,14 @@ fn the_lease_value_holds_no_ownership_token_and_its_hash_cannot_renew_or_release
         .as_str()
         .expect("the token's hash")
         .to_string();
-    let holder = include_str!("../src/lease/redis/lua/holder.lua");
+    let holder = include_str!("../../src/lease/redis/lua/holder.lua");
     for (script, extra) in [
         ("renew", vec!["60000"]),
         ("release", vec!["ch", "3", "2000"]),
     ] {
         let body = match script {
-            "renew" => include_str!("../src/lease/redis/lua/renew.lua"),
-            _ => include_str!("../src/lease/redis/lua/release.lua"),
+            "renew" => include_str!("../../src/lease/redis/lua/renew.lua"),
+            _ => include_str!("../../src/lease/redis/lua/release.lua"),
         };
         let source = format!("{holder}\n{body}");
         let mut call = redis::cmd("EVAL");

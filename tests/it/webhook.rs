@@ -2,7 +2,7 @@
 //! (checked with an independent HMAC computation), retried on 500, and never
 //! in the way of renewals.
 
-mod support;
+use crate::support;
 
 use base64::Engine;
 use hmac::{KeyInit, Mac};

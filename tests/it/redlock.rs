@@ -5,7 +5,7 @@
 //! masters vote no one in for a TTL); and the same server listed twice
 //! refused.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::redlock::Masters;

@@ -3,7 +3,7 @@
 //! process metrics; `/leader` naming the holder from a standby at every
 //! moment, the term's start, and a shared id.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -2,7 +2,7 @@
 //! steady, one line when it changes; slow retries against a backend that
 //! refuses us; no release noise from a candidate that never led.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::{Leaderd, Redis, Scratch};

@@ -3,7 +3,7 @@
 //! itself over TLS runs in the contract suite; here: mutual TLS, what
 //! `check` reports, and every way a handshake fails closed.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

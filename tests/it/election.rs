@@ -2,7 +2,7 @@
 //! SIGTERM, takeover after SIGKILL only once the lease expired, a lost key,
 //! fencing tokens across handovers and Redis restarts.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::{FAST, Leaderd, Redis, eventually, on_redis as start};

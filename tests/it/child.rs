@@ -1,7 +1,7 @@
 //! The supervised child: started once per term on the leader only, never
 //! alive on two leaders, stopped in time, never orphaned.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

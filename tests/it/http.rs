@@ -3,7 +3,7 @@
 //! rebinding page cannot reach a loopback listener, and `/leader/events`
 //! subscribers can resume and are let go cleanly at exit.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -3,7 +3,7 @@
 //! gives two holders without WAIT, and what WAIT 1 does about it; a leader
 //! whose replica is away steps down at its renew deadline.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::{Leaderd, Redis, eventually};

@@ -1,7 +1,7 @@
 //! The binary as users run it: `status`, `check`, the lock-file default, and
 //! bad input (exit codes and messages).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::{Leaderd, Redis, eventually, run_to_end};

@@ -3,7 +3,7 @@
 //! by its replica, then killed, with three candidates renewing throughout
 //! and `/leader` polled every 10 ms on all of them.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::cluster::ClusterRig;

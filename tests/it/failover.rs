@@ -2,7 +2,7 @@
 //! by moving its address to a new primary; the connections leaderd already
 //! has still reach the old node, now a replica that answers `READONLY`.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::proxy::Proxy;

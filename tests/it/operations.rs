@@ -2,7 +2,7 @@
 //! node wins (`run --wait`), move leadership with `leaderd step-down`, and
 //! have a crash-looping child give the lease up.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::{FAST, Leaderd, Redis, Scratch, on_redis, run_to_end};

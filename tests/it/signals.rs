@@ -2,7 +2,7 @@
 //! SIGTERM at random instants of start-up and of a handover, SIGTERM while
 //! Redis is frozen, and leaderd as PID 1 of a PID namespace; each repeated.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -6,10 +6,10 @@
 //! at the next renewal, an unreachable backend makes the leader step down by
 //! its renew deadline, `status` and `check` answer.
 //!
-//! A new backend adds a `Scene` in `tests/support/backends.rs` and a line
+//! A new backend adds a `Scene` in `tests/it/support/backends.rs` and a line
 //! in [`SCENES`].
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -51,7 +51,7 @@ fn candidate(scene: &dyn Scene, key: &str, id: &str, ttl: &str, log: Option<&Pat
     Leaderd::run(id, &args)
 }
 
-/// `CONTRACT_ONLY=redlock cargo test --test contract` runs one backend's
+/// `CONTRACT_ONLY=redlock cargo test --test it contract::` runs one backend's
 /// scenes, while working on it.
 fn for_each_backend(test: fn(&mut dyn Scene)) {
     let only = std::env::var("CONTRACT_ONLY").ok();

@@ -2,7 +2,7 @@
 //! compatible endpoints, the event stream, HTTP hardening, secrets kept out
 //! of every output, and `check` against real ACL users.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

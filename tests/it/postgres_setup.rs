@@ -3,7 +3,7 @@
 //! standby), each a clear message and exit code 2; PgBouncer in
 //! transaction mode (table mode works, advisory mode is refused).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::postgres::{PASSWORD, PgBouncer, Postgres};

@@ -88,6 +88,7 @@ impl Etcd {
     }
 
     /// Every member's client URL, comma-separated (etcdctl's form).
+    #[allow(dead_code)] // the benchmark's `etcdctl lock` only
     pub fn endpoints(&self) -> String {
         self.members
             .iter()

@@ -3,7 +3,7 @@
 //! lease's local files (a symlink planted at the path, a file or directory
 //! of another user's, a directory others can swap files in).
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;

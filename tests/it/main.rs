@@ -1,0 +1,34 @@
+//! Every integration test, in one binary: each module is one behaviour
+//! (`cargo test --test it contract::` runs one), the fixtures are in
+//! [`support`]. One binary links the crate and its dependencies once,
+//! not once per file. The nemesis (`tests/nemesis.rs`) is a program of
+//! its own and shares the fixtures.
+
+mod support;
+
+mod child;
+mod cluster;
+mod commands;
+mod contract;
+mod election;
+mod etcd;
+mod failover;
+mod faults;
+mod fixtures;
+mod http;
+mod local_files;
+mod logs;
+mod observability;
+mod operations;
+mod operators;
+mod postgres;
+mod postgres_setup;
+mod redlock;
+mod replication;
+mod safety;
+mod secrets;
+mod sentinel;
+mod signals;
+mod tls;
+mod webhook;
+mod worker_example;
