@@ -198,6 +198,35 @@ pub fn probes_alive(dir: &Path) -> Vec<i32> {
         .collect()
 }
 
+/// Every live process descended from this one, with its command name:
+/// the servers a scene started, and anything they started (a wrapper's
+/// child reparented elsewhere is missed; the fixtures start servers
+/// directly).
+pub fn descendants() -> Vec<(i32, String)> {
+    let all: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| crate::support::proc_stat(pid).map(|(_, ppid, _)| (pid, ppid)))
+        .collect();
+    let mut found = vec![std::process::id() as i32];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(all.iter().filter(|(_, p)| *p == parent).map(|(c, _)| *c));
+        i += 1;
+    }
+    found
+        .into_iter()
+        .skip(1)
+        .filter(|pid| crate::support::alive(*pid))
+        .map(|pid| {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            (pid, name.trim().to_string())
+        })
+        .collect()
+}
+
 /// Every probe child's life, from the candidates' probe logs.
 pub fn lives(logs: &[PathBuf]) -> Vec<Life> {
     let mut lives = Vec::new();

@@ -299,11 +299,21 @@ pub fn soak(
         .collect();
     let mut leftovers = fleet.stop();
     let (answers, samples, deaths) = recorder.finish();
+    // What the scene started (servers, and what they started): all of it
+    // must be gone once the scene is dropped.
+    let servers = history::descendants();
+    drop(scene);
     std::thread::sleep(Duration::from_millis(300));
     leftovers.extend(
         history::probes_alive(&dir)
             .into_iter()
             .map(|pid| format!("probe child {pid}")),
+    );
+    leftovers.extend(
+        servers
+            .into_iter()
+            .filter(|(pid, _)| support::alive(*pid))
+            .map(|(pid, command)| format!("server {pid} ({command})")),
     );
     let history = History {
         answers,
@@ -313,7 +323,6 @@ pub fn soak(
         lives: history::lives(&fleet.logs),
         leftovers,
     };
-    drop(scene);
     let report = checkers::judge(&history, end_of_run, healed, heal_bound());
     print_report(name, seed, length, &history, &report, &plan, &skipped);
     if let (_, Some(at)) = checkers::worst_overlap(&history, end_of_run) {
