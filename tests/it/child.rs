@@ -45,7 +45,7 @@ fn child_runs_only_on_the_leader_once_per_term_across_renewals() {
     ];
     let a = with_child(&redis, "once", "a", &args, &child);
     let b = with_child(&redis, "once", "b", &args, &child);
-    let leader = eventually(Duration::from_secs(5), "a leader", || {
+    let leader = eventually(support::WAIT, "a leader", || {
         [&a, &b].into_iter().find(|n| n.is_leader())
     });
     // Several renewals (every 333 ms) under the same term.
@@ -143,9 +143,9 @@ fn a_slow_graceful_stop_keeps_the_lease_meanwhile() {
     let probe = probe_child();
     let child = [probe.as_str(), p(&log), "--term-delay", "3000"];
     let mut a = with_child(&redis, "slowstop", "a", FAST, &child);
-    a.wait_leading(Duration::from_secs(5));
+    a.wait_leading(support::WAIT);
     let b = with_child(&redis, "slowstop", "b", FAST, &child);
-    b.wait_log(Duration::from_secs(5), "lease held by another candidate");
+    b.wait_log(support::WAIT, "lease held by another candidate");
     a.signal("TERM");
     let signalled = Instant::now();
     // Past the 2s TTL the key still names a: the lease was renewed while the child stopped.
@@ -155,7 +155,7 @@ fn a_slow_graceful_stop_keeps_the_lease_meanwhile() {
     let holder = redis.get(&lease_key("slowstop")).unwrap_or_default();
     assert!(holder.contains("\"id\":\"a\""), "{holder}");
     assert_eq!(a.wait_exit(Duration::from_secs(10)).code(), Some(0));
-    eventually(Duration::from_secs(5), "b's child to start", || {
+    eventually(support::WAIT, "b's child to start", || {
         (of_kind(&probe_events(&log), "start").len() == 2).then_some(())
     });
     let events = probe_events(&log);
@@ -181,16 +181,16 @@ fn a_child_ignoring_sigterm_is_killed_at_stop_timeout_on_shutdown() {
         &["--ttl", "10s", "--stop-timeout", "1s"],
         &child,
     );
-    a.wait_leading(Duration::from_secs(5));
-    let pid = eventually(Duration::from_secs(5), "the child", || {
+    a.wait_leading(support::WAIT);
+    let pid = eventually(support::WAIT, "the child", || {
         of_kind(&probe_events(&log), "start").first().map(|e| e.pid)
     });
     a.signal("TERM");
     let signalled = Instant::now();
-    eventually(Duration::from_secs(5), "the child to get SIGTERM", || {
+    eventually(support::WAIT, "the child to get SIGTERM", || {
         (!of_kind(&probe_events(&log), "term").is_empty()).then_some(())
     });
-    eventually(Duration::from_secs(5), "the child to die", || {
+    eventually(support::WAIT, "the child to die", || {
         (!alive(pid)).then_some(())
     });
     let died = signalled.elapsed();
@@ -227,7 +227,7 @@ fn a_child_ignoring_sigterm_dies_before_a_lost_lease_could_be_won_elsewhere() {
         ],
         &child,
     );
-    a.wait_leading(Duration::from_secs(5));
+    a.wait_leading(support::WAIT);
     let events = eventually(
         Duration::from_secs(5),
         "the child and grandchildren",
@@ -273,9 +273,9 @@ fn sh_c_descendants_are_all_gone_after_a_step_down() {
         FAST,
         &["sh", "-c", "sleep 1000 & sleep 1000"],
     );
-    a.wait_leading(Duration::from_secs(5));
+    a.wait_leading(support::WAIT);
     let child_pid: i32 = a
-        .wait_log(Duration::from_secs(5), "child started")
+        .wait_log(support::WAIT, "child started")
         .split("pid=")
         .nth(1)
         .unwrap()
@@ -286,7 +286,7 @@ fn sh_c_descendants_are_all_gone_after_a_step_down() {
         .unwrap();
     // The guard leads the group.
     let guard = support::pgid_of(child_pid);
-    let members = eventually(Duration::from_secs(5), "sh and both sleeps", || {
+    let members = eventually(support::WAIT, "sh and both sleeps", || {
         let m = support::group_members(guard);
         (m.len() >= 4).then_some(m) // guard, sh, two sleeps
     });
@@ -297,7 +297,7 @@ fn sh_c_descendants_are_all_gone_after_a_step_down() {
         "PX",
         "60000",
     ]);
-    a.wait_log(Duration::from_secs(5), "from=\"pausing\" to=\"waiting\"");
+    a.wait_log(support::WAIT, "from=\"pausing\" to=\"waiting\"");
     // The work (sh and both sleeps) is reaped before that line; the guard,
     // dismissed then, exits a moment later on its own.
     let work: Vec<i32> = members.iter().copied().filter(|&p| p != guard).collect();
@@ -328,7 +328,7 @@ fn kill_9_of_leaderd_takes_the_child_and_grandchildren_along_even_after_idling()
             "2",
         ],
     );
-    let events = eventually(Duration::from_secs(5), "child and grandchildren", || {
+    let events = eventually(support::WAIT, "child and grandchildren", || {
         let e = probe_events(&log);
         (of_kind(&e, "grandchild").len() == 2).then_some(e)
     });
@@ -400,7 +400,7 @@ fn on_child_exit_release_hands_the_lease_to_another_candidate() {
     let probe = probe_child();
     let quitter = [probe.as_str(), p(&log), "--exit-after", "300", "0"];
     let a = with_child(&redis, "release", "a", FAST, &quitter);
-    a.wait_leading(Duration::from_secs(5));
+    a.wait_leading(support::WAIT);
     let b = with_child(&redis, "release", "b", FAST, &[probe.as_str(), p(&log)]);
     eventually(
         Duration::from_secs(5),
@@ -449,11 +449,11 @@ fn signals_are_forwarded_to_the_child() {
         "a",
         &["--lock-file", p(&dir.join("l")), "--", &probe, p(&log)],
     );
-    eventually(Duration::from_secs(5), "the child", || {
+    eventually(support::WAIT, "the child", || {
         (!of_kind(&probe_events(&log), "start").is_empty()).then_some(())
     });
     a.signal("USR1");
-    eventually(Duration::from_secs(5), "the child to get SIGUSR1", || {
+    eventually(support::WAIT, "the child to get SIGUSR1", || {
         (!of_kind(&probe_events(&log), "usr1").is_empty()).then_some(())
     });
     assert!(a.is_leader(), "leaderd itself is unaffected");
@@ -509,11 +509,11 @@ fn a_standby_guard_does_not_hold_up_the_stop() {
             p(&log),
         ],
     );
-    eventually(Duration::from_secs(5), "the child", || {
+    eventually(support::WAIT, "the child", || {
         (!of_kind(&probe_events(&log), "start").is_empty()).then_some(())
     });
     // The child's guard, and the standby guard for the next term.
-    eventually(Duration::from_secs(5), "two guards", || {
+    eventually(support::WAIT, "two guards", || {
         (guards_of(a.pid()) == 2).then_some(())
     });
     a.signal("TERM");

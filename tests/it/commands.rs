@@ -15,7 +15,7 @@ fn status_reports_holder_token_and_time_left() {
     assert_eq!(out.trim(), "st: vacant");
 
     let node = Leaderd::run("holder-1", &["--redis", &url, "--key", "st", "--ttl", "5s"]);
-    node.wait_leading(Duration::from_secs(5));
+    node.wait_leading(support::WAIT);
     let (_, body) = node.leader().unwrap();
     let token = body["fencing_token"].as_u64().unwrap();
     let (code, out, _) = run_to_end(&["status", "--redis", &url, "--key", "st"]);
@@ -101,7 +101,7 @@ fn a_wrong_password_is_logged_loudly_and_retried_slowly() {
             "debug",
         ],
     );
-    node.wait_log(Duration::from_secs(5), "fix the configuration");
+    node.wait_log(support::WAIT, "fix the configuration");
     let first = node
         .log()
         .iter()
@@ -130,9 +130,9 @@ fn lock_file_elects_one_and_hands_over_within_a_second_of_kill_9() {
     let lock = dir.join("jobs.lock");
     let lock = support::path_str(&lock);
     let mut a = Leaderd::run("a", &["--lock-file", lock]);
-    a.wait_leading(Duration::from_secs(5));
+    a.wait_leading(support::WAIT);
     let b = Leaderd::run("b", &["--lock-file", lock]);
-    let (code, body) = eventually(Duration::from_secs(5), "b to see a", || {
+    let (code, body) = eventually(support::WAIT, "b to see a", || {
         b.leader().filter(|(_, body)| body["leader"] == "a")
     });
     assert!(!code, "{body}");
@@ -154,7 +154,7 @@ fn embedded_default_runs_without_any_backend() {
         &["run", "--id", "solo", "--http", &http, "--key", "dflt"],
         &[("XDG_RUNTIME_DIR", support::path_str(&dir))],
     );
-    eventually(Duration::from_secs(5), "solo to lead", || {
+    eventually(support::WAIT, "solo to lead", || {
         support::http_get(port.parse().unwrap(), "/leader").filter(|(c, _)| *c == 200)
     });
     let text = log.lock().unwrap().join("\n");
@@ -243,7 +243,7 @@ fn json_logs_parse_and_transitions_carry_their_fields() {
             "json",
         ],
     );
-    node.wait_leading(Duration::from_secs(5));
+    node.wait_leading(support::WAIT);
     node.signal("TERM");
     assert_eq!(node.wait_exit(Duration::from_secs(5)).code(), Some(0));
     let lines = node.log();

@@ -42,7 +42,7 @@ fn three_instances_elect_exactly_one_leader() {
         .map(|i| start(&redis, &key, &format!("c{i}"), FAST))
         .collect();
     let refs: Vec<&Leaderd> = nodes.iter().collect();
-    let (leader, _) = one_leader(&refs, Duration::from_secs(5));
+    let (leader, _) = one_leader(&refs, support::WAIT);
     for (i, node) in nodes.iter().enumerate() {
         let (code, body) = node.get("/leader").expect("answers");
         assert_eq!(code, if i == leader { 200 } else { 503 }, "{body}");
@@ -84,7 +84,7 @@ fn sigterm_hands_over_long_before_the_ttl() {
         .iter()
         .map(|id| start(&redis, &key, id, &slow_ttl))
         .collect();
-    let (leader, token) = one_leader(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(5));
+    let (leader, token) = one_leader(&nodes.iter().collect::<Vec<_>>(), support::WAIT);
     let signalled = Instant::now();
     nodes[leader].signal("TERM");
     let status = nodes[leader].wait_exit(Duration::from_secs(5));
@@ -99,7 +99,7 @@ fn sigterm_hands_over_long_before_the_ttl() {
             .is_none_or(|v| !v.contains(&format!("\"id\":\"{}\"", old.id))),
         "{holder:?}"
     );
-    let (_, next_token) = one_leader(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(5));
+    let (_, next_token) = one_leader(&nodes.iter().collect::<Vec<_>>(), support::WAIT);
     let took = signalled.elapsed();
     assert!(
         took < Duration::from_secs(10),
@@ -127,7 +127,7 @@ fn sigkill_takeover_waits_for_the_lease_to_expire() {
         .iter()
         .map(|id| start(&redis, &key, id, FAST))
         .collect();
-    let (leader, token) = one_leader(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(5));
+    let (leader, token) = one_leader(&nodes.iter().collect::<Vec<_>>(), support::WAIT);
     // The lease expires no earlier than `asked + pttl` (Redis measured the
     // PTTL after we asked); a renewal before the kill only pushes it later.
     let pttl_asked = Instant::now();
@@ -145,7 +145,7 @@ fn sigkill_takeover_waits_for_the_lease_to_expire() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    survivor.wait_leading(Duration::from_secs(5));
+    survivor.wait_leading(support::WAIT);
     let after = pttl_asked.elapsed();
     assert!(
         after >= expiry,
@@ -166,7 +166,7 @@ fn overwritten_key_is_noticed_at_the_next_renewal() {
         "a",
         &[FAST, &["--log-level", "debug"]].concat(),
     );
-    node.wait_leading(Duration::from_secs(5));
+    node.wait_leading(support::WAIT);
     redis.cmd(&[
         "SET",
         &lease_key(&key),
@@ -206,7 +206,7 @@ fn fencing_tokens_increase_across_handovers_and_a_redis_restart() {
         start(&redis, &key, "n1", FAST),
     ];
     for round in 0..5 {
-        let (leader, token) = one_leader(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(5));
+        let (leader, token) = one_leader(&nodes.iter().collect::<Vec<_>>(), support::WAIT);
         tokens.push(token);
         nodes[leader].signal("TERM");
         assert_eq!(
@@ -215,7 +215,7 @@ fn fencing_tokens_increase_across_handovers_and_a_redis_restart() {
         );
         nodes[leader] = start(&redis, &key, &format!("n{}", round + 2), FAST);
     }
-    let (_, before_restart) = one_leader(&nodes.iter().collect::<Vec<_>>(), Duration::from_secs(5));
+    let (_, before_restart) = one_leader(&nodes.iter().collect::<Vec<_>>(), support::WAIT);
     tokens.push(before_restart);
     redis.restart();
     assert_eq!(
@@ -245,7 +245,7 @@ fn waiters_look_again_only_when_the_lease_would_expire() {
     let redis = Redis::start();
     let key = support::key("quiet");
     let leader = start(&redis, &key, "a", FAST);
-    leader.wait_leading(Duration::from_secs(5));
+    leader.wait_leading(support::WAIT);
     // DEBUG: every look is counted, not only the one that names the holder.
     let waiter = start(
         &redis,
@@ -260,7 +260,7 @@ fn waiters_look_again_only_when_the_lease_would_expire() {
             .filter(|l| l.contains("reason=\"lease held by another candidate\""))
             .count()
     };
-    eventually(Duration::from_secs(5), "a first refusal", || {
+    eventually(support::WAIT, "a first refusal", || {
         (refusals() >= 1).then_some(())
     });
     let first = Instant::now();
@@ -291,9 +291,9 @@ fn a_release_wakes_a_few_waiters_and_is_announced_on_the_channel() {
     let key = support::key("wake");
     let wake_key = format!("leaderd:{{{key}}}:wake");
     let mut leader = start(&redis, &key, "releaser", &[]);
-    leader.wait_leading(Duration::from_secs(5));
+    leader.wait_leading(support::WAIT);
     // The leader's own wait is first in Redis's queue of blocked clients.
-    eventually(Duration::from_secs(5), "the leader's BLPOP", || {
+    eventually(support::WAIT, "the leader's BLPOP", || {
         (blocked_in_blpop(&redis) == 1).then_some(())
     });
     // Five stand-in waiters, blocked after it, and one channel subscriber.
@@ -315,7 +315,7 @@ fn a_release_wakes_a_few_waiters_and_is_announced_on_the_channel() {
     pubsub
         .subscribe(format!("leaderd:{{{key}}}:released"))
         .expect("SUBSCRIBE");
-    eventually(Duration::from_secs(5), "all six BLPOPs", || {
+    eventually(support::WAIT, "all six BLPOPs", || {
         (blocked_in_blpop(&redis) == 6).then_some(())
     });
 

@@ -36,7 +36,7 @@ fn paused_redis_makes_the_leader_step_down_by_its_renew_deadline() {
     let redis = Redis::start();
     let key = support::key("sigstop");
     let nodes = vec![start(&redis, &key, "a"), start(&redis, &key, "b")];
-    eventually(Duration::from_secs(5), "a leader", || {
+    eventually(support::WAIT, "a leader", || {
         (leaders(&nodes) == 1).then_some(())
     });
     let leader = nodes.iter().position(|n| n.is_leader()).unwrap();
@@ -62,7 +62,7 @@ fn killed_redis_then_restarted_gives_exactly_one_leader_again() {
         start(&redis, &key, "b"),
         start(&redis, &key, "c"),
     ];
-    eventually(Duration::from_secs(5), "a leader", || {
+    eventually(support::WAIT, "a leader", || {
         (leaders(&nodes) == 1).then_some(())
     });
     let leader = nodes.iter().position(|n| n.is_leader()).unwrap();
@@ -85,10 +85,8 @@ fn redis_unreachable_at_start_keeps_trying_and_shuts_down_cleanly() {
     let mut args = vec!["--redis", url.as_str(), "--key", "unreachable"];
     args.extend_from_slice(FAST);
     let mut node = Leaderd::run("lonely", &args);
-    node.wait_log(Duration::from_secs(5), "backend error");
-    let (code, body) = eventually(Duration::from_secs(5), "/leader to answer", || {
-        node.get("/leader")
-    });
+    node.wait_log(support::WAIT, "backend error");
+    let (code, body) = eventually(support::WAIT, "/leader to answer", || node.get("/leader"));
     assert_eq!(code, 503, "{body}");
     assert!(node.running(), "does not exit while Redis is unreachable");
     assert_eq!(node.get("/healthz").map(|r| r.0), Some(200));
@@ -106,9 +104,9 @@ fn sigterm_while_acquiring_against_a_paused_redis_exits_cleanly() {
     let redis = Redis::start();
     let key = support::key("term-paused");
     let holder = start(&redis, &key, "holder");
-    holder.wait_leading(Duration::from_secs(5));
+    holder.wait_leading(support::WAIT);
     let mut waiter = start(&redis, &key, "waiter");
-    waiter.wait_log(Duration::from_secs(5), "lease held by another candidate");
+    waiter.wait_log(support::WAIT, "lease held by another candidate");
     redis.pause();
     waiter.signal("TERM");
     let status = waiter.wait_exit(Duration::from_secs(5));
@@ -139,7 +137,7 @@ fn a_timed_out_acquire_that_won_is_recognised_by_its_token() {
             "300ms",
         ],
     );
-    node.wait_log(Duration::from_secs(5), "did not answer within");
+    node.wait_log(support::WAIT, "did not answer within");
     // Had the token been forgotten, the next attempt would be refused by our
     // own stale lease and wait out its 8s TTL.
     eventually(
@@ -183,7 +181,7 @@ fn a_candidate_taking_its_own_lease_again_gets_a_larger_token() {
             "300ms",
         ],
     );
-    node.wait_leading(Duration::from_secs(5));
+    node.wait_leading(support::WAIT);
     let token = |n: &Leaderd| n.leader().unwrap().1["fencing_token"].as_u64().unwrap();
     let first = token(&node);
     redis.pause();

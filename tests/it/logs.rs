@@ -22,9 +22,9 @@ fn a_steady_leader_and_standby_print_nothing_at_the_default_level() {
     // A short TTL: a renewal every 333 ms, a standby re-check every 200 ms.
     let args = ["--lock-file", lock, "--ttl", "1s", "--", "sleep", "100"];
     let leader = Leaderd::run("quiet-a", &args);
-    leader.wait_leading(Duration::from_secs(5));
+    leader.wait_leading(support::WAIT);
     let standby = Leaderd::run("quiet-b", &args);
-    let named = standby.wait_log(Duration::from_secs(5), "lease held by another candidate");
+    let named = standby.wait_log(support::WAIT, "lease held by another candidate");
     assert!(named.contains("holder=\"quiet-a\""), "{named}");
     // 4 s: about 12 renewals and 20 re-checks, each two transitions.
     let (led, stood) = std::thread::scope(|s| {
@@ -50,8 +50,8 @@ fn every_transition_is_still_there_at_debug() {
         "debug",
     ];
     let leader = Leaderd::run("debug-a", &args);
-    leader.wait_log(Duration::from_secs(5), "reason=\"renewal due\"");
-    leader.wait_log(Duration::from_secs(5), "reason=\"lease renewed\"");
+    leader.wait_log(support::WAIT, "reason=\"renewal due\"");
+    leader.wait_log(support::WAIT, "reason=\"lease renewed\"");
 }
 
 #[test]
@@ -69,7 +69,7 @@ fn a_refused_login_is_retried_slowly_and_a_standby_exits_quietly() {
         "debug",
     ];
     let mut node = Leaderd::run("noauth-1", &args);
-    node.wait_log(Duration::from_secs(5), "refused leaderd's credentials");
+    node.wait_log(support::WAIT, "refused leaderd's credentials");
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(4));
     let attempts = node
@@ -101,7 +101,7 @@ fn a_refused_login_is_retried_slowly_and_a_standby_exits_quietly() {
 fn a_clean_shutdown_logs_no_warning() {
     let redis = Redis::start();
     let mut node = support::on_redis(&redis, "clean-exit", "a", support::FAST);
-    node.wait_leading(Duration::from_secs(5));
+    node.wait_leading(support::WAIT);
     node.signal("TERM");
     assert!(node.wait_exit(Duration::from_secs(5)).success());
     let warnings: Vec<String> = node

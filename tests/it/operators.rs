@@ -38,14 +38,14 @@ fn metrics_after_a_handover_agree_with_leader() {
         .iter()
         .map(|id| on_redis(&redis, "metrics", id, FAST))
         .collect();
-    let first = eventually(Duration::from_secs(5), "a leader", || {
+    let first = eventually(support::WAIT, "a leader", || {
         nodes.iter().position(|n| n.is_leader())
     });
     // Every standby has been refused once, so the next leader's metrics
     // have an `acquire`/`held` to show.
     for (i, node) in nodes.iter().enumerate() {
         if i != first {
-            node.wait_log(Duration::from_secs(5), "lease held by another candidate");
+            node.wait_log(support::WAIT, "lease held by another candidate");
         }
     }
     nodes[first].signal("TERM");
@@ -118,9 +118,9 @@ fn metrics_after_a_handover_agree_with_leader() {
 fn leader_elector_endpoints_on_leader_and_standby() {
     let redis = Redis::start();
     let a = on_redis(&redis, "compat", "a", FAST);
-    a.wait_leading(Duration::from_secs(5));
+    a.wait_leading(support::WAIT);
     let b = on_redis(&redis, "compat", "b", FAST);
-    b.wait_log(Duration::from_secs(5), "lease held by another candidate");
+    b.wait_log(support::WAIT, "lease held by another candidate");
     for node in [&a, &b] {
         assert_eq!(node.get("/"), Some((200, serde_json::json!({"name": "a"}))));
         assert_eq!(
@@ -134,9 +134,9 @@ fn leader_elector_endpoints_on_leader_and_standby() {
 fn events_stream_delivers_a_transition_within_100ms() {
     let redis = Redis::start();
     let a = on_redis(&redis, "events", "a", FAST);
-    a.wait_leading(Duration::from_secs(5));
+    a.wait_leading(support::WAIT);
     let b = on_redis(&redis, "events", "b", FAST);
-    b.wait_log(Duration::from_secs(5), "lease held by another candidate");
+    b.wait_log(support::WAIT, "lease held by another candidate");
     let mut stream = TcpStream::connect(("127.0.0.1", b.http_port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -200,7 +200,7 @@ fn raw(port: u16, request: &[u8]) -> String {
 fn http_refuses_other_methods_oversized_requests_and_silent_clients() {
     let dir = support::temp_dir("hardening");
     let node = Leaderd::run("h", &["--lock-file", support::path_str(&dir.join("l"))]);
-    node.wait_leading(Duration::from_secs(5));
+    node.wait_leading(support::WAIT);
     for method in ["POST", "PUT", "DELETE"] {
         let response = raw(
             node.http_port,
@@ -274,7 +274,7 @@ fn secrets_appear_in_no_output() {
         "s",
         &["--redis", &url, "--key", "sec", "--log-format", "json"],
     );
-    node.wait_leading(Duration::from_secs(5));
+    node.wait_leading(support::WAIT);
     let stored: serde_json::Value =
         serde_json::from_str(&redis.get("leaderd:{sec}:lease").unwrap()).unwrap();
     assert!(

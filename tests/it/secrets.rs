@@ -5,7 +5,6 @@
 use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::Duration;
 use support::{Leaderd, Redis, run_to_end, run_with_env};
 
 #[test]
@@ -106,7 +105,7 @@ fn the_lease_value_holds_no_ownership_token_and_its_hash_cannot_renew_or_release
     let redis = Redis::start();
     let key = support::key("hashed");
     let node = Leaderd::run("a", &["--redis", &redis.url(), "--key", &key]);
-    node.wait_leading(Duration::from_secs(5));
+    node.wait_leading(support::WAIT);
     let lease = format!("leaderd:{{{key}}}:lease");
     let stored: serde_json::Value = serde_json::from_str(&redis.get(&lease).unwrap()).unwrap();
     assert_eq!(stored["id"], "a", "a plain GET still names the holder");

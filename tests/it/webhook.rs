@@ -43,12 +43,12 @@ fn elected_and_demoted_are_posted_and_signed() {
     let redis = Redis::start();
     let receiver = Receiver::start(|_| Answer::Status(204));
     let mut a = leaderd_with_hook(&redis, "hooks", "a", &receiver.url(), &[]);
-    eventually(Duration::from_secs(5), "elected to arrive", || {
+    eventually(support::WAIT, "elected to arrive", || {
         (receiver.requests().len() == 1).then_some(())
     });
     a.signal("TERM");
     assert_eq!(a.wait_exit(Duration::from_secs(5)).code(), Some(0));
-    let requests = eventually(Duration::from_secs(5), "demoted to arrive", || {
+    let requests = eventually(support::WAIT, "demoted to arrive", || {
         let r = receiver.requests();
         (r.len() == 2).then_some(r)
     });
@@ -111,7 +111,7 @@ fn a_receiver_answering_500_is_retried() {
         ids.iter().all(|id| *id == ids[0]),
         "retries keep the message id: {ids:?}"
     );
-    a.wait_log(Duration::from_secs(5), "webhook delivered");
+    a.wait_log(support::WAIT, "webhook delivered");
 }
 
 #[test]
@@ -132,8 +132,8 @@ fn a_hanging_receiver_does_not_delay_renewals() {
             "debug",
         ],
     );
-    a.wait_leading(Duration::from_secs(5));
-    eventually(Duration::from_secs(5), "the hook to hang", || {
+    a.wait_leading(support::WAIT);
+    eventually(support::WAIT, "the hook to hang", || {
         (!receiver.requests().is_empty()).then_some(())
     });
     // Renewals every 333ms while the receiver hangs (its attempt times out after 5s).

@@ -276,6 +276,12 @@ impl Drop for Redis {
 }
 
 /// Short timing for tests: ttl 2s → renew every 666ms, renew deadline 1333ms.
+/// How long a test waits for something that happens by itself (a leader
+/// elected, a child started, a line logged): generous, for a loaded 2-core
+/// machine running other tests' servers beside it. Never a claim about
+/// speed; a test that claims one states its own bound.
+pub const WAIT: Duration = Duration::from_secs(30);
+
 pub const FAST: &[&str] = &[
     "--ttl",
     "2s",
