@@ -22,11 +22,22 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_leaderd");
 
+/// A free loopback port, never one this process handed out before: the
+/// kernel may offer a port again as soon as its probe listener closes, and
+/// with every test in one process two fixtures could get the same port
+/// (CI once started a Sentinel rig with two sentinels on one port).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
+    static GIVEN: Mutex<std::collections::BTreeSet<u16>> =
+        Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        if GIVEN.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
 }
 
 /// A free port whose Redis Cluster bus port (port + 10000) is free too.
