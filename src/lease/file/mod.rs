@@ -41,6 +41,10 @@ pub struct FileLease {
     path: PathBuf,
     id: String,
     held: Option<File>,
+    /// The file we held when it was deleted or replaced under us: still
+    /// locked until this candidate's work has stopped (its next acquire, or
+    /// a release), since letting go is what tells waiters the lease is free.
+    lost: Option<File>,
     highest_fencing: u64,
     /// The embedded default, chosen because no backend was configured.
     implicit: bool,
@@ -76,6 +80,7 @@ impl FileLease {
             path: path.to_path_buf(),
             id: id.to_string(),
             held: None,
+            lost: None,
             highest_fencing: 0,
             implicit: false,
             ttl: crate::timing::Timing::default().ttl,
@@ -197,6 +202,8 @@ impl FileLease {
         if self.held.is_some() {
             return Err(self.error("acquire while already holding the lock"));
         }
+        // Acquiring again: the work of the term we lost has stopped.
+        self.lost = None;
         let mut file = match self.open_file() {
             Ok(file) => file,
             // Checked at start-up; again only when opening fails (a cleaner
@@ -299,7 +306,9 @@ impl FileLease {
         if same {
             Ok(Renew::Renewed { sent_at })
         } else {
-            self.held = None;
+            // Not unlocked yet: the child still runs until the machine has
+            // stopped it, and `.held` shows the lock to every waiter.
+            self.lost = self.held.take();
             Ok(Renew::Lost { holder: None })
         }
     }
@@ -307,6 +316,7 @@ impl FileLease {
     /// Unlocks. The content stays, so the next holder continues the fencing
     /// sequence.
     pub fn release_now(&mut self) -> bool {
+        self.lost = None;
         match self.held.take() {
             Some(file) => file.unlock().is_ok(),
             None => false,

@@ -87,8 +87,34 @@ fn a_file_deleted_under_its_holder_is_free_the_moment_it_lets_go() {
     let peeked = b.peek_now().unwrap().holder.and_then(|h| h.id);
     assert_eq!(peeked.as_deref(), Some("a"), "status names the holder");
     assert!(matches!(a.renew_now(), Ok(Renew::Lost { .. })));
+    assert!(
+        held(b.acquire_now()),
+        "a let go when it learned of the loss, before its work stopped"
+    );
+    // a's work has stopped: the machine releases, or acquires again.
+    assert!(!a.release_now(), "the lease was no longer a's to release");
     assert!(won(b.acquire_now()), "free once a let go");
     assert!(held(a.acquire_now()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Found by the nemesis (seed 7002, lock file, 161 s in: two children for
+/// 1 ms, two `/leader` 200s for 83 ms): a holder that learned its file was
+/// deleted unlocked it at once, before the machine had stopped its child,
+/// so a waiter locked the new file while that child still ran. Now the
+/// lock stays until the work stopped, which the next acquire means.
+#[test]
+fn a_holder_keeps_its_deleted_file_locked_until_it_acquires_again() {
+    let (dir, path) = scratch("lost");
+    let (mut a, mut b) = pair(&path, Duration::from_secs(3600));
+    assert!(won(a.acquire_now()));
+    std::fs::remove_file(&path).unwrap();
+    assert!(matches!(a.renew_now(), Ok(Renew::Lost { .. })));
+    for _ in 0..3 {
+        assert!(held(b.acquire_now()), "b took it while a's work may run");
+    }
+    assert!(won(a.acquire_now()), "a looks again once its work stopped");
+    assert!(held(b.acquire_now()));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
