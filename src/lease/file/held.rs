@@ -87,10 +87,5 @@ pub(super) fn point_at(lock: &Path, ours: &File) -> Result<bool, (PathBuf, Strin
             ) => {}
         Err(e) => return Err(fail(e)),
     }
-    let named = |p: &Path| {
-        std::fs::symlink_metadata(p)
-            .ok()
-            .map(|m| (m.dev(), m.ino()))
-    };
-    Ok(named(lock) == Some(id) && named(&held) == Some(id))
+    Ok(super::identity(lock) == Some(id) && super::identity(&held) == Some(id))
 }
