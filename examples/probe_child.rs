@@ -2,12 +2,18 @@
 //! timestamps (ns, comparable across processes), in an append-only log.
 //!
 //! probe_child LOG [--ignore-term] [--term-delay MS] [--grandchildren N]
-//!                 [--exit-after MS CODE|signal:N]
+//!                 [--exit-after MS CODE|signal:N] [--exclusive PATH]
 //!
 //! Lines: `inherited PID SIGIGN FDS` (its ignored-signal mask in hex and
 //! its open descriptors, as it found them at birth), `start PID NS TOKEN
 //! REDIS_URL_PRESENT`, `grandchild PID`, `term PID NS`, `usr1 PID NS`,
-//! `stop PID NS`.
+//! `stop PID NS`, and with `--exclusive`, `exclusive PID NS free|busy`.
+//!
+//! `--exclusive PATH` takes an exclusive `flock` on PATH at birth (without
+//! waiting) and holds it until death: "busy" means an earlier probe of the
+//! same run still held it, so two were alive at once — exactly, whatever
+//! the scheduler's delays, since the kernel drops a dying process's locks
+//! before its parent can learn that it died.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -59,6 +65,30 @@ fn inherited() -> String {
     format!("{ignored} {}", fds.join(","))
 }
 
+/// Takes an exclusive lock on `path` without waiting, and keeps it (the
+/// descriptor is leaked on purpose: it lives as long as the process);
+/// `false` when another process holds it.
+fn exclusive(path: &str) -> bool {
+    use std::os::fd::IntoRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open the --exclusive file");
+    let fd = file.into_raw_fd();
+    // SAFETY: fd is an open descriptor we own and never close.
+    if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return true;
+    }
+    let error = std::io::Error::last_os_error();
+    assert_eq!(
+        error.raw_os_error(),
+        Some(libc::EWOULDBLOCK),
+        "flock {path}: {error}"
+    );
+    false
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let log = args
@@ -74,12 +104,19 @@ fn main() {
     let usr1 = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(libc::SIGTERM, term.clone()).expect("SIGTERM handler");
     signal_hook::flag::register(libc::SIGUSR1, usr1.clone()).expect("SIGUSR1 handler");
+    // Before the start line, so "free" proves every earlier probe had
+    // stopped running before this one's start.
+    let exclusive = value("--exclusive", 1).map(|path| (exclusive(&path), mono_ns()));
     let token = std::env::var("LEADERD_FENCING_TOKEN").unwrap_or_default();
     let redis_url = std::env::var_os("LEADERD_REDIS_URL").is_some();
     record(
         &log,
         &format!("start {pid} {} {token} {redis_url}", mono_ns()),
     );
+    if let Some((free, when)) = exclusive {
+        let state = if free { "free" } else { "busy" };
+        record(&log, &format!("exclusive {pid} {when} {state}"));
+    }
     let count: usize = value("--grandchildren", 1).map_or(0, |n| n.parse().expect("N"));
     // Grandchildren are left to leaderd to kill and reap: that is what the tests check.
     #[allow(clippy::zombie_processes)]

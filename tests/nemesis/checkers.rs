@@ -3,8 +3,9 @@
 //! shows that it fails.
 //!
 //! - C1: never two children alive at once, from the children's own
-//!   timestamps, and from `/proc` samples (a child killed with SIGKILL
-//!   writes no stop line: its end is the first sample without it).
+//!   timestamps (a child killed with SIGKILL writes no stop line: its end
+//!   is the first of its pidfd, `/proc` and lock evidence), from `/proc`
+//!   samples, and from an exclusive `flock` each child tries at birth.
 //! - C2: fencing tokens strictly increase in child-start order (with the
 //!   default `--on-child-exit release`, every child is a new term).
 //! - C3: `/leader` never answers 200 on two candidates over one interval: a
@@ -48,10 +49,17 @@ fn ms(ns: u128) -> f64 {
     ns as f64 / 1e6
 }
 
-/// The end of each child's life: its stop line, else its death seen by a
-/// pidfd, else the first `/proc` sample after its start without it, else
-/// the end of the run.
+/// The end of each child's life: its stop line; else the earliest of its
+/// death seen by a pidfd, the first `/proc` sample after its start without
+/// it, and the next child to find the `--exclusive` lock free after it
+/// held it (each of them noticed after the fact, the lock by the kernel
+/// itself); else the end of the run.
 fn ends(history: &History, end_of_run: u128) -> Vec<(u128, u128, &Life)> {
+    let frees: Vec<u128> = history
+        .lives
+        .iter()
+        .filter_map(|l| l.exclusive.filter(|e| e.1).map(|e| e.0))
+        .collect();
     history
         .lives
         .iter()
@@ -61,12 +69,21 @@ fn ends(history: &History, end_of_run: u128) -> Vec<(u128, u128, &Life)> {
                 .iter()
                 .find(|(pid, when)| *pid == life.pid && *when > life.start)
                 .map(|(_, when)| *when);
-            let end = life.stop.or(died).unwrap_or_else(|| {
-                history
-                    .samples
-                    .iter()
-                    .find(|(when, alive)| *when > life.start && !alive.contains(&life.pid))
-                    .map_or(end_of_run, |(when, _)| *when)
+            let unseen = history
+                .samples
+                .iter()
+                .find(|(when, alive)| *when > life.start && !alive.contains(&life.pid))
+                .map(|(when, _)| *when);
+            let next_free = life
+                .exclusive
+                .filter(|e| e.1)
+                .and_then(|(held, _)| frees.iter().filter(|t| **t > held).min().copied());
+            let end = life.stop.unwrap_or_else(|| {
+                [died, unseen, next_free]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .unwrap_or(end_of_run)
             });
             (life.start, end, life)
         })
@@ -89,27 +106,69 @@ pub fn worst_overlap(history: &History, end_of_run: u128) -> (u128, Option<u128>
     (overlap, at)
 }
 
-/// C1: the longest time two children were alive at once, by their own
-/// lines, and the most alive in one `/proc` sample.
-pub fn c1(history: &History, end_of_run: u128) -> (Verdict, f64) {
-    let (overlap, _) = worst_overlap(history, end_of_run);
-    let most = history
-        .samples
+/// C1 by each of its three measures.
+#[derive(Debug, Clone, Copy)]
+pub struct Overlaps {
+    /// The longest two children were alive at once by their own lines, ns.
+    pub longest: u128,
+    /// The most probe children alive in one `/proc` sample.
+    pub most_alive: usize,
+    /// Children that found the `--exclusive` lock held at birth.
+    pub busy: usize,
+}
+
+impl Overlaps {
+    pub fn of(history: &History, end_of_run: u128) -> Overlaps {
+        Overlaps {
+            longest: worst_overlap(history, end_of_run).0,
+            most_alive: history
+                .samples
+                .iter()
+                .map(|(_, a)| a.len())
+                .max()
+                .unwrap_or(0),
+            busy: history
+                .lives
+                .iter()
+                .filter(|l| l.exclusive.is_some_and(|e| !e.1))
+                .count(),
+        }
+    }
+
+    /// Whether every measure saw an overlap (what `--sanity` requires).
+    pub fn all_saw(&self) -> bool {
+        self.longest > 0 && self.most_alive > 1 && self.busy > 0
+    }
+}
+
+/// When the first child that found the `--exclusive` lock held was born.
+pub fn first_busy(history: &History) -> Option<u128> {
+    history
+        .lives
         .iter()
-        .map(|(_, a)| a.len())
-        .max()
-        .unwrap_or(0);
-    let ok = overlap == 0 && most <= 1;
+        .filter(|l| l.exclusive.is_some_and(|e| !e.1))
+        .map(|l| l.start)
+        .min()
+}
+
+/// C1: the longest time two children were alive at once by their own
+/// lines, the most alive in one `/proc` sample, and the children that found
+/// an earlier one still holding the lock.
+pub fn c1(history: &History, end_of_run: u128) -> (Verdict, f64) {
+    let o = Overlaps::of(history, end_of_run);
+    let ok = o.longest == 0 && o.most_alive <= 1 && o.busy == 0;
     (
         Verdict {
             name: "C1 one child at a time",
             ok,
             figure: format!(
-                "max overlap {:.1} ms, most alive in one /proc sample {most}",
-                ms(overlap)
+                "max overlap {:.1} ms, most alive in one /proc sample {}, born beside a live one (lock) {}",
+                ms(o.longest),
+                o.most_alive,
+                o.busy
             ),
         },
-        ms(overlap),
+        ms(o.longest),
     )
 }
 
@@ -174,31 +233,45 @@ pub fn leading_intervals(answers: &[Answer]) -> Vec<(usize, u128, u128)> {
     out
 }
 
-/// C3: two candidates' sure leading intervals that meet.
-pub fn c3(history: &History) -> (Verdict, usize) {
-    let intervals = leading_intervals(&history.answers);
-    let mut dual = 0;
-    let mut first = None;
+/// Every pair of candidates whose sure leading intervals meet: `(x, y,
+/// from, to)`, in the order found.
+pub fn duals(answers: &[Answer]) -> Vec<(usize, usize, u128, u128)> {
+    let intervals = leading_intervals(answers);
+    let mut out = Vec::new();
     for (i, a) in intervals.iter().enumerate() {
         for b in &intervals[i + 1..] {
-            if a.0 != b.0 && a.1.max(b.1) < a.2.min(b.2) {
-                dual += 1;
-                first.get_or_insert((a.0, b.0, ms(a.2.min(b.2) - a.1.max(b.1))));
+            let (from, to) = (a.1.max(b.1), a.2.min(b.2));
+            if a.0 != b.0 && from < to {
+                out.push((a.0, b.0, from, to));
             }
         }
     }
+    out
+}
+
+/// When the earliest two-leader interval began, if any.
+pub fn first_dual(history: &History) -> Option<u128> {
+    duals(&history.answers).iter().map(|d| d.2).min()
+}
+
+/// C3: two candidates' sure leading intervals that meet.
+pub fn c3(history: &History) -> (Verdict, usize) {
+    let duals = duals(&history.answers);
+    let first = duals.iter().min_by_key(|d| d.2);
     (
         Verdict {
             name: "C3 one 200 at a time",
-            ok: dual == 0,
+            ok: duals.is_empty(),
             figure: match first {
                 None => "no two candidates answered 200 over one interval".into(),
-                Some((x, y, len)) => {
-                    format!("{dual} overlaps, e.g. candidates {x} and {y} for {len:.1} ms")
-                }
+                Some((x, y, from, to)) => format!(
+                    "{} overlaps, the first: candidates {x} and {y} for {:.1} ms",
+                    duals.len(),
+                    ms(to - from)
+                ),
             },
         },
-        dual,
+        duals.len(),
     )
 }
 

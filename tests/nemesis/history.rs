@@ -41,6 +41,9 @@ pub struct Life {
     pub start: u128,
     pub stop: Option<u128>,
     pub token: u64,
+    /// Its `--exclusive` lock at birth: `(when, free)`; not free means an
+    /// earlier child of the run was still alive.
+    pub exclusive: Option<(u128, bool)>,
 }
 
 /// `(when, the probe children alive by /proc)`.
@@ -241,7 +244,18 @@ pub fn lives(logs: &[PathBuf]) -> Vec<Life> {
                     start: ns.parse().unwrap_or(0),
                     stop: None,
                     token: token.parse().unwrap_or(0),
+                    exclusive: None,
                 }),
+                ["exclusive", pid, ns, state] => {
+                    let pid: i32 = pid.parse().unwrap_or(0);
+                    if let Some(life) = lives
+                        .iter_mut()
+                        .rev()
+                        .find(|l| l.who == who && l.pid == pid)
+                    {
+                        life.exclusive = Some((ns.parse().unwrap_or(0), *state == "free"));
+                    }
+                }
                 ["stop", pid, ns, ..] => {
                     let pid: i32 = pid.parse().unwrap_or(0);
                     if let Some(life) = lives

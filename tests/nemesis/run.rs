@@ -31,6 +31,8 @@ pub fn heal_bound() -> Duration {
 pub struct Fleet {
     pub nodes: Vec<Option<Leaderd>>,
     pub logs: Vec<PathBuf>,
+    /// The lock every probe child tries at birth (`--exclusive`).
+    exclusive: PathBuf,
     pub ports: Ports,
     /// Each candidate's own proxies to the store, and its flags.
     links: Links,
@@ -38,12 +40,13 @@ pub struct Fleet {
 
 impl Fleet {
     /// `k` candidates on the store `args` select, each through its own
-    /// proxies ([`Links`]).
-    pub fn start(args: Vec<String>, dir: &Path, k: usize) -> Fleet {
+    /// proxies ([`Links`]), their children sharing the lock `exclusive`.
+    pub fn start(args: Vec<String>, dir: &Path, exclusive: &Path, k: usize) -> Fleet {
         let logs: Vec<PathBuf> = (0..k).map(|i| dir.join(format!("c{i}.probe"))).collect();
         let mut fleet = Fleet {
             nodes: (0..k).map(|_| None).collect(),
             logs,
+            exclusive: exclusive.to_path_buf(),
             ports: Ports::default(),
             links: Links::new(&args, k),
         };
@@ -57,7 +60,13 @@ impl Fleet {
     pub fn launch(&mut self, i: usize) {
         let probe = support::probe_child();
         let mut args: Vec<&str> = self.links.args[i].iter().map(String::as_str).collect();
-        args.extend_from_slice(&["--", &probe, support::path_str(&self.logs[i])]);
+        args.extend_from_slice(&[
+            "--",
+            &probe,
+            support::path_str(&self.logs[i]),
+            "--exclusive",
+            support::path_str(&self.exclusive),
+        ]);
         let node = Leaderd::run(&format!("c{i}"), &args);
         self.ports.lock().unwrap()[i] = node.http_port;
         self.nodes[i] = Some(node);
@@ -230,7 +239,7 @@ pub fn soak(
     let dir = support::Scratch::new(&format!("nemesis-{name}-{}", support::os::below(1 << 30)));
     let mut args = scene.args(&key);
     args.extend(["--ttl", "2s", "--retry-interval", "300ms"].map(String::from));
-    let mut fleet = Fleet::start(args, &dir, k);
+    let mut fleet = Fleet::start(args, &dir, &dir.join("exclusive"), k);
     let recorder = Recorder::start(fleet.ports.clone(), dir.to_path_buf());
     let plan = plan(seed, length);
     // Events in time order: each fault's beginning and, if it lasts, its end.
@@ -326,7 +335,13 @@ pub fn soak(
     let report = checkers::judge(&history, end_of_run, healed, heal_bound());
     print_report(name, seed, length, &history, &report, &plan, &skipped);
     if let (_, Some(at)) = checkers::worst_overlap(&history, end_of_run) {
-        explain(name, &history, at);
+        explain(name, &history, "the worst overlap of two children", at);
+    }
+    if let Some(at) = checkers::first_busy(&history) {
+        explain(name, &history, "the first child born beside a live one", at);
+    }
+    if let Some(at) = checkers::first_dual(&history) {
+        explain(name, &history, "the first two 200s at once", at);
     }
     if !report.passed() {
         for (i, lines) in tails.iter().enumerate() {
@@ -338,9 +353,9 @@ pub fn soak(
     report.passed()
 }
 
-/// The faults in force or just before the worst overlap began: where to
-/// look first.
-fn explain(name: &str, history: &History, at: u128) {
+/// The faults in force or just before `what` began at `at`: where to look
+/// first.
+fn explain(name: &str, history: &History, what: &str, at: u128) {
     let window = (TTL * 3).as_nanos();
     let first = history.answers.iter().map(|a| a.sent).min().unwrap_or(at);
     let near: Vec<String> = history
@@ -357,7 +372,7 @@ fn explain(name: &str, history: &History, at: u128) {
         })
         .collect();
     println!(
-        "nemesis: {name}: the worst overlap began at {:.2}s, after: {}",
+        "nemesis: {name}: {what} began at {:.2}s, after: {}",
         (at.saturating_sub(first)) as f64 / 1e9,
         if near.is_empty() {
             "no fault".to_string()
