@@ -4,9 +4,9 @@
 //! which is also where values are validated, so that one place owns precedence
 //! (flag > environment > file > default) and every error can name its source.
 
-use crate::config::options::{self, Spec};
+pub use crate::config::ConfigArgs;
+use crate::config::options::Spec;
 use clap::{Arg, ArgAction, ArgMatches, Args, Parser, Subcommand};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Every exit status, for `--help` and the man pages' EXIT STATUS section.
@@ -134,41 +134,18 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-/// Every configuration flag as given, unvalidated: the raw text of each
-/// option in [`options::ALL`] that has a flag, by its id. The flags are
-/// built from that table (see the `clap::Args` impl below).
-#[derive(Debug, Default, Clone)]
-pub struct ConfigArgs {
-    values: BTreeMap<&'static str, Vec<String>>,
-}
-
-impl ConfigArgs {
-    /// A single-valued flag's text, if given.
-    pub fn get(&self, spec: &Spec) -> Option<&str> {
-        self.values.get(spec.id)?.last().map(String::as_str)
-    }
-
-    /// A repeatable flag's values (empty when not given).
-    pub fn list(&self, spec: &Spec) -> &[String] {
-        self.values.get(spec.id).map_or(&[], Vec::as_slice)
-    }
-
-    /// Sets a flag as if given on the command line (for tests and callers
-    /// that build a configuration in code).
-    pub fn set(&mut self, spec: &Spec, value: &str) {
-        self.values
-            .entry(spec.id)
-            .or_default()
-            .push(value.to_string());
-    }
+/// Every option of leaderd and of every registered backend, as clap sees
+/// them.
+fn all_options() -> Vec<&'static Spec> {
+    crate::config::all_options(&crate::lease::declared())
 }
 
 impl clap::FromArgMatches for ConfigArgs {
     fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
         let mut args = ConfigArgs::default();
-        for spec in options::ALL.iter().filter(|s| s.flag.is_some()) {
+        for spec in all_options().into_iter().filter(|s| s.flag.is_some()) {
             if let Some(values) = matches.get_many::<String>(spec.id) {
-                args.values.insert(spec.id, values.cloned().collect());
+                args.set_all(spec, values.cloned().collect());
             }
         }
         Ok(args)
@@ -182,7 +159,7 @@ impl clap::FromArgMatches for ConfigArgs {
 
 impl clap::Args for ConfigArgs {
     fn augment_args(mut cmd: clap::Command) -> clap::Command {
-        for spec in options::ALL {
+        for spec in all_options() {
             let Some(flag) = spec.flag else { continue };
             let mut arg = Arg::new(spec.id)
                 .long(flag.trim_start_matches("--"))

@@ -38,7 +38,7 @@ use support::backends::{
 type StartScene = fn() -> Box<dyn Scene>;
 
 /// Every backend the nemesis runs, by the name `--backend` takes, and the
-/// name `leaderd::lease::BACKENDS` registers it under.
+/// name `leaderd::lease::names()` registers it under.
 const BACKENDS: [(&str, &str, StartScene); 9] = [
     ("lock-file", "lock-file", LockFileScene::start),
     ("redis", "redis", RedisScene::start),
@@ -147,7 +147,7 @@ fn main() {
         return;
     }
     // Every registered backend has a nemesis scene.
-    for registered in leaderd::lease::BACKENDS {
+    for registered in leaderd::lease::names() {
         assert!(
             BACKENDS.iter().any(|b| b.1 == registered),
             "the backend {registered} has no nemesis scene"

@@ -1,5 +1,5 @@
-//! The TOML configuration file: its schema is the TOML keys of
-//! [`super::options::ALL`] (any other key is an error naming its line), and
+//! The TOML configuration file: its schema is the TOML keys of every option
+//! ([`super::options::all`]; any other key is an error naming its line), and
 //! its values are kept raw with their byte spans, so errors can cite the line.
 
 use super::options::{self, Spec};
@@ -34,15 +34,16 @@ pub struct ConfigFile {
 }
 
 impl ConfigFile {
-    /// Parses `text`; every error names the file and the line.
-    pub fn parse(name: &str, text: &str) -> Result<Self, String> {
+    /// Parses `text` against the options `all`; every error names the file
+    /// and the line.
+    pub fn parse(name: &str, text: &str, all: &[&'static Spec]) -> Result<Self, String> {
         let table = DeTable::parse(text).map_err(|e| format!("{name}: {e}"))?;
         let mut file = ConfigFile {
             name: name.to_string(),
             text: text.to_string(),
             values: BTreeMap::new(),
         };
-        file.walk("", table.get_ref())?;
+        file.walk("", table.get_ref(), all)?;
         Ok(file)
     }
 
@@ -84,7 +85,12 @@ impl ConfigFile {
             + 1
     }
 
-    fn walk(&mut self, prefix: &str, table: &DeTable<'_>) -> Result<(), String> {
+    fn walk(
+        &mut self,
+        prefix: &str,
+        table: &DeTable<'_>,
+        all: &[&'static Spec],
+    ) -> Result<(), String> {
         for (key, value) in table {
             let path = if prefix.is_empty() {
                 key.get_ref().to_string()
@@ -94,14 +100,16 @@ impl ConfigFile {
             let span = value.span();
             let at =
                 |msg: String| format!("{} line {} ({path}): {msg}", self.name, self.line_of(&span));
-            match (options::by_key(&path), value.get_ref()) {
-                (None, DeValue::Table(inner)) if is_section(&path) => self.walk(&path, inner)?,
+            match (options::by_key(all, &path), value.get_ref()) {
+                (None, DeValue::Table(inner)) if is_section(all, &path) => {
+                    self.walk(&path, inner, all)?
+                }
                 (None, _) => {
                     return Err(format!(
                         "{} line {}: unknown key `{path}`; the keys are {}",
                         self.name,
                         self.line_of(&key.span()),
-                        known_keys()
+                        known_keys(all)
                     ));
                 }
                 (Some(spec), value) => {
@@ -120,15 +128,14 @@ impl ConfigFile {
 }
 
 /// A table that holds option keys (`[lease]`, `[redis]`, ...).
-fn is_section(path: &str) -> bool {
-    options::ALL
-        .iter()
+fn is_section(all: &[&Spec], path: &str) -> bool {
+    all.iter()
         .filter_map(|s| s.key)
         .any(|k| k.starts_with(&format!("{path}.")))
 }
 
-fn known_keys() -> String {
-    let keys: Vec<&str> = options::ALL.iter().filter_map(|s| s.key).collect();
+fn known_keys(all: &[&Spec]) -> String {
+    let keys: Vec<&str> = all.iter().filter_map(|s| s.key).collect();
     keys.join(", ")
 }
 

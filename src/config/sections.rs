@@ -1,10 +1,12 @@
 //! Resolution of the work's options: the child and the webhooks, each value
 //! with its origin.
 
+use super::error::ConfigError;
+use super::model::{AdminConfig, ChildConfig, WebhookConfig};
 use super::options;
 use super::resolve::{Origin, Resolver, Value, or_default, show};
-use super::values::{self, Signal};
-use super::{AdminConfig, ChildConfig, ConfigError, OnChildExit, Sources, WebhookConfig};
+use super::sources::Sources;
+use super::values::{self, OnChildExit, Signal};
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -1,10 +1,22 @@
-//! Precedence, units and validation, tested without files or the process env.
+//! Precedence, units and validation, tested without files or the process
+//! env, with the registered backends ([`Case`] is the backends' tests' too).
 
 use super::*;
-use options;
+use crate::lease::file::config::{LOCK_FILE, LockFileConfig};
+use crate::lease::redis::config::REDIS;
+use crate::timing::Timing;
 use std::collections::HashMap;
+use std::ffi::OsString;
+use std::time::Duration;
 
-struct Case {
+/// Every option of leaderd and of the registered backends.
+fn every() -> Vec<&'static options::Spec> {
+    all_options(&crate::lease::declared())
+}
+
+/// A configuration to build: flags, env, file and secret files, all in
+/// memory.
+pub(crate) struct Case {
     args: ConfigArgs,
     env: HashMap<&'static str, &'static str>,
     file: Option<ConfigFile>,
@@ -13,7 +25,7 @@ struct Case {
 }
 
 impl Case {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Case {
             args: ConfigArgs::default(),
             env: HashMap::new(),
@@ -21,25 +33,26 @@ impl Case {
             files: HashMap::new(),
         }
     }
-    fn secret_file(mut self, path: &'static str, text: &'static str, mode: u32) -> Self {
+    pub(crate) fn secret_file(mut self, path: &'static str, text: &'static str, mode: u32) -> Self {
         self.files.insert(path, (text, mode));
         self
     }
-    fn env(mut self, k: &'static str, v: &'static str) -> Self {
+    pub(crate) fn env(mut self, k: &'static str, v: &'static str) -> Self {
         self.env.insert(k, v);
         self
     }
-    fn file(mut self, text: &str) -> Self {
-        self.file = Some(ConfigFile::parse("leaderd.toml", text).expect("test TOML parses"));
+    pub(crate) fn file(mut self, text: &str) -> Self {
+        let all = all_options(&crate::lease::declared());
+        self.file = Some(ConfigFile::parse("leaderd.toml", text, &all).expect("test TOML parses"));
         self
     }
-    fn args(mut self, f: impl FnOnce(&mut ConfigArgs)) -> Self {
+    pub(crate) fn args(mut self, f: impl FnOnce(&mut ConfigArgs)) -> Self {
         f(&mut self.args);
         self
     }
-    fn build(&self) -> Result<Config, ConfigError> {
+    pub(crate) fn build(&self) -> Result<Config, ConfigError> {
         let env = |name: &str| self.env.get(name).map(OsString::from);
-        Config::from_sources(Sources {
+        let sources = Sources {
             args: &self.args,
             command: &[],
             file: self.file.as_ref(),
@@ -51,9 +64,10 @@ impl Case {
                     .map(|(text, mode)| (text.to_string(), *mode))
                     .ok_or_else(|| std::io::ErrorKind::NotFound.into())
             },
-        })
+        };
+        Config::from_sources(sources, &crate::lease::declared())
     }
-    fn err(&self) -> String {
+    pub(crate) fn err(&self) -> String {
         self.build().expect_err("config should be refused").0
     }
 }
@@ -73,10 +87,8 @@ fn defaults_apply_when_nothing_is_set() {
         }
     );
     assert_eq!(c.http, Some(([127, 0, 0, 1], 4040).into()));
-    assert!(matches!(
-        c.backend,
-        BackendConfig::LockFile { implicit: true, .. }
-    ));
+    let file = c.backend.get::<LockFileConfig>().expect("the lock file");
+    assert!(file.implicit);
     assert_eq!(c.child.on_exit, OnChildExit::Release);
     assert_eq!(c.log.format, LogFormat::Text);
 }
@@ -139,8 +151,12 @@ fn id_defaults_to_pod_name_then_host_name() {
 
 #[test]
 fn unknown_file_key_is_named_with_its_line() {
-    let err =
-        ConfigFile::parse("leaderd.toml", "key = \"a\"\n[lease]\nttll = \"1s\"\n").unwrap_err();
+    let err = ConfigFile::parse(
+        "leaderd.toml",
+        "key = \"a\"\n[lease]\nttll = \"1s\"\n",
+        &every(),
+    )
+    .unwrap_err();
     assert!(
         err.contains("leaderd.toml") && err.contains("line 3") && err.contains("ttll"),
         "{err}"
@@ -149,7 +165,7 @@ fn unknown_file_key_is_named_with_its_line() {
 
 #[test]
 fn bare_number_is_refused_everywhere() {
-    let err = ConfigFile::parse("leaderd.toml", "[lease]\nttl = 10\n").unwrap_err();
+    let err = ConfigFile::parse("leaderd.toml", "[lease]\nttl = 10\n", &every()).unwrap_err();
     assert!(err.contains("line 2") && err.contains("\"10s\""), "{err}");
     let err = Case::new().file("[lease]\nttl = \"10\"\n").err();
     assert!(
@@ -182,18 +198,6 @@ fn empty_env_var_is_an_error_not_a_default() {
 
 #[test]
 fn each_timing_relation_is_enforced_and_named() {
-    let redis = |a: &mut ConfigArgs| a.set(&options::REDIS, "redis://127.0.0.1:6379");
-
-    let err = Case::new()
-        .args(redis)
-        .args(|a| a.set(&options::REDIS_TIMEOUT, "4s"))
-        .err();
-    assert!(
-        err.contains("redis.timeout = 4s (--redis-timeout)")
-            && err.contains("lease.renew_interval = 3333ms (default: ttl / 3)"),
-        "{err}"
-    );
-
     let err = Case::new().env("LEADERD_RENEW_INTERVAL", "7s").err();
     assert!(err.contains("lease.renew_interval = 7s (LEADERD_RENEW_INTERVAL) must be shorter than lease.renew_deadline"), "{err}");
 
@@ -220,32 +224,11 @@ fn each_timing_relation_is_enforced_and_named() {
 }
 
 #[test]
-fn the_redis_timeout_only_matters_with_redis() {
-    assert!(
-        Case::new()
-            .args(|a| a.set(&options::REDIS_TIMEOUT, "4s"))
-            .build()
-            .is_ok()
-    );
-}
-
-#[test]
-fn malformed_redis_url_is_named_and_redacted() {
-    let err = Case::new()
-        .args(|a| a.set(&options::REDIS, "redis://u:hunter2@:6379"))
-        .err();
-    assert!(
-        err.starts_with("--redis:") && !err.contains("hunter2") && err.contains("u:***@"),
-        "{err}"
-    );
-}
-
-#[test]
 fn backends_are_exclusive_and_kubernetes_needs_redis() {
     let err = Case::new()
         .args(|a| {
-            a.set(&options::REDIS, "redis://127.0.0.1:6379");
-            a.set(&options::LOCK_FILE, "/tmp/x.lock");
+            a.set(&REDIS, "redis://127.0.0.1:6379");
+            a.set(&LOCK_FILE, "/tmp/x.lock");
         })
         .err();
     assert!(
@@ -259,41 +242,11 @@ fn backends_are_exclusive_and_kubernetes_needs_redis() {
     );
     let explicit = Case::new()
         .env("KUBERNETES_SERVICE_HOST", "10.0.0.1")
-        .args(|a| a.set(&options::LOCK_FILE, "/shared/l"));
+        .args(|a| a.set(&LOCK_FILE, "/shared/l"));
     assert!(
         explicit.build().is_ok(),
         "an explicit lock file is the user's choice"
     );
-}
-
-#[test]
-fn implicit_lock_file_lives_in_the_runtime_dir() {
-    let c = Case::new()
-        .env("XDG_RUNTIME_DIR", "/run/user/7")
-        .args(|a| a.set(&options::KEY, "jobs/a"))
-        .build()
-        .unwrap();
-    match c.backend {
-        BackendConfig::LockFile { path, implicit } => {
-            assert!(implicit);
-            assert_eq!(path, PathBuf::from("/run/user/7/leaderd-jobs_a.lock"));
-        }
-        other => panic!("expected lock file, got {other:?}"),
-    }
-}
-
-#[test]
-fn redis_urls_come_from_a_comma_separated_env_var() {
-    let err = Case::new()
-        .env("LEADERD_REDIS_URL", "redis://a:1,redis://b:2")
-        .err();
-    assert!(err.contains("LEADERD_REDIS_URL: two Redis URLs"), "{err}");
-    assert!(err.contains("survives no failure"), "{err}");
-    let c = Case::new()
-        .env("LEADERD_REDIS_URL", "redis://a:pw@h:1")
-        .build()
-        .unwrap();
-    assert!(c.describe().contains("redis://a:***@h:1") && !c.describe().contains("pw"));
 }
 
 #[test]
@@ -389,7 +342,7 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
         .build()
         .expect("example parses when uncommented");
     let d = Case::new()
-        .args(|a| a.set(&options::REDIS, "redis://127.0.0.1:6379/0"))
+        .args(|a| a.set(&REDIS, "redis://127.0.0.1:6379/0"))
         .build()
         .unwrap();
     assert_eq!(c.timing, d.timing);
@@ -401,75 +354,6 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
         (c.child.stop_signal, c.child.stop_timeout, c.child.on_exit),
         (d.child.stop_signal, d.child.stop_timeout, d.child.on_exit)
     );
-}
-
-#[test]
-fn the_redis_url_can_come_from_a_secret_file_at_either_layer() {
-    let url = "redis://app:pw@10.0.0.5:6379/0\n";
-    let from_env = Case::new()
-        .env("LEADERD_REDIS_URL_FILE", "/run/secrets/url")
-        .secret_file("/run/secrets/url", url, 0o100600)
-        .build()
-        .unwrap();
-    let BackendConfig::Redis { url: got, .. } = &from_env.backend else {
-        panic!("{:?}", from_env.backend)
-    };
-    assert_eq!(got.expose(), url.trim());
-    assert!(from_env.warnings.is_empty(), "{:?}", from_env.warnings);
-    let loose = Case::new()
-        .file("[redis]\nurl_file = \"/etc/leaderd/url\"\n")
-        .secret_file("/etc/leaderd/url", url, 0o100644)
-        .build()
-        .unwrap();
-    assert!(
-        loose.warnings[0].contains("leaderd.toml line 2 (redis.url_file)")
-            && loose.warnings[0].contains("mode 0644"),
-        "{:?}",
-        loose.warnings
-    );
-    // The environment's file beats the TOML URLs, as any env beats the file.
-    let layered = Case::new()
-        .file("[redis]\nurls = [\"redis://other:6379\"]\n")
-        .env("LEADERD_REDIS_URL_FILE", "/run/secrets/url")
-        .secret_file("/run/secrets/url", url, 0o100400)
-        .build()
-        .unwrap();
-    assert!(
-        matches!(&layered.backend, BackendConfig::Redis { url, .. } if url.expose() == url.expose() && url.redacted().contains("10.0.0.5"))
-    );
-    let both = Case::new()
-        .env("LEADERD_REDIS_URL", "redis://a:6379")
-        .env("LEADERD_REDIS_URL_FILE", "/run/secrets/url")
-        .err();
-    assert!(both.contains("choose one"), "{both}");
-    let missing = Case::new().env("LEADERD_REDIS_URL_FILE", "/nope").err();
-    assert!(
-        missing.starts_with("LEADERD_REDIS_URL_FILE: cannot read /nope"),
-        "{missing}"
-    );
-    let bad = Case::new()
-        .env("LEADERD_REDIS_URL_FILE", "/run/secrets/url")
-        .secret_file("/run/secrets/url", "redis://u:Kq/Vv@h:x\n", 0o100600)
-        .err();
-    assert!(!bad.contains("Kq/Vv") && bad.contains("***"), "{bad}");
-}
-
-#[test]
-fn a_password_on_the_command_line_is_warned_about() {
-    let c = Case::new()
-        .args(|a| a.set(&options::REDIS, "redis://app:pw@h:6379"))
-        .build()
-        .unwrap();
-    assert!(
-        c.warnings[0].starts_with("--redis: the URL's password"),
-        "{:?}",
-        c.warnings
-    );
-    let plain = Case::new()
-        .args(|a| a.set(&options::REDIS, "redis://h:6379"))
-        .build()
-        .unwrap();
-    assert!(plain.warnings.is_empty());
 }
 
 /// The manual's option table (docs/configuration.md) has a row naming each
@@ -490,7 +374,7 @@ fn the_documented_option_table_matches_the_declarations() {
             .map(str::to_string)
             .collect()
     };
-    for spec in options::ALL {
+    for spec in all_options(&crate::lease::declared()) {
         let names: Vec<&str> = [spec.flag, spec.env, spec.key]
             .into_iter()
             .flatten()
@@ -501,12 +385,13 @@ fn the_documented_option_table_matches_the_declarations() {
             "docs/configuration.md has no option-table row with {names:?}"
         );
     }
+    let every = all_options(&crate::lease::declared());
     for row in &rows {
         let documented = tokens(row);
         let known = documented
             .iter()
             .filter(|t| t.starts_with("--") && t.len() > 2)
-            .all(|t| options::ALL.iter().any(|s| s.flag == Some(t.as_str())));
+            .all(|t| every.iter().any(|s| s.flag == Some(t.as_str())));
         assert!(
             known,
             "docs/configuration.md documents an option leaderd does not have: {row}"
@@ -519,7 +404,7 @@ fn the_documented_option_table_matches_the_declarations() {
 #[test]
 fn the_example_config_shows_every_key_with_its_flag_and_env() {
     let example = include_str!("../../config/leaderd.example.toml");
-    for spec in options::ALL {
+    for spec in all_options(&crate::lease::declared()) {
         let Some(key) = spec.key else { continue };
         let leaf = key.rsplit('.').next().expect("a key");
         assert!(
@@ -539,123 +424,34 @@ fn the_example_config_shows_every_key_with_its_flag_and_env() {
 #[test]
 fn check_names_every_option_by_its_declared_key() {
     let c = Case::new()
-        .args(|a| a.set(&options::REDIS, "redis://127.0.0.1:6379/0"))
+        .args(|a| a.set(&REDIS, "redis://127.0.0.1:6379/0"))
         .build()
         .unwrap();
     for line in c.describe().lines() {
         let key = line.split(" = ").next().expect("key = value");
         assert!(
-            options::by_key(key).is_some(),
+            options::by_key(&all_options(&crate::lease::declared()), key).is_some(),
             "undeclared key in check: {line}"
         );
     }
 }
 
 #[test]
-fn sentinel_and_cluster_urls_name_their_nodes_with_the_credentials() {
-    let url = parse_redis_url(
-        "rediss+sentinel://app:p%2Fw@s1:26379,[::1]:26380,s3/svc/2?sentinel_user=sen",
-    )
-    .expect("valid");
-    assert!(url.is_tls());
-    assert_eq!(
-        url.redacted(),
-        "rediss+sentinel://app:***@s1:26379,[::1]:26380,s3/svc/2?sentinel_user=sen"
-    );
-    let sentinel = url.sentinel().expect("a sentinel URL");
-    assert_eq!(
-        sentinel.sentinels,
-        [
-            ("s1".into(), 26379),
-            ("::1".into(), 26380),
-            ("s3".into(), 26379)
-        ]
-    );
-    assert_eq!((sentinel.service.as_str(), sentinel.db), ("svc", 2));
-    assert_eq!(sentinel.sentinel_user.as_deref(), Some("sen"));
-    assert_eq!(
-        sentinel.node_url("10.0.0.9", 6380),
-        "rediss://app:p%2Fw@10.0.0.9:6380/2"
-    );
-
-    let url = parse_redis_url("redis+cluster://n1:7000,n2").expect("valid");
-    let cluster = url.cluster().expect("a cluster URL");
-    assert_eq!(cluster.seeds, [("n1".into(), 7000), ("n2".into(), 6379)]);
-    assert_eq!(cluster.node_url("::1", 7001), "redis://[::1]:7001");
-    assert!(url.sentinel().is_none() && !url.is_tls());
-
-    for bad in [
-        "redis+sentinel://s1,s2/svc",
-        "redis+sentinel://s1,s2,s3",
-        "redis+sentinel://s1,s2,s3/svc?other=1",
-        "redis+cluster://n1,n2/1",
-    ] {
-        assert!(parse_redis_url(bad).is_err(), "{bad}");
+fn option_names_are_unique_and_well_formed() {
+    let all = every();
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            assert_ne!(a.id, b.id);
+            assert!(a.flag.is_none() || a.flag != b.flag, "{}", a.id);
+            assert!(a.env.is_none() || a.env != b.env, "{}", a.id);
+            assert!(a.key.is_none() || a.key != b.key, "{}", a.id);
+        }
+        assert!(a.flag.is_none_or(|f| f.starts_with("--")), "{}", a.id);
+        assert!(!a.help.is_empty() && !a.heading.is_empty(), "{}", a.id);
+        assert!(
+            a.flag.is_some() || a.env.is_some() || a.key.is_some(),
+            "{}",
+            a.id
+        );
     }
-}
-
-#[test]
-fn three_or_more_urls_are_redlock_with_a_node_timeout_checked_against_the_ttl() {
-    let c = Case::new()
-        .env("LEADERD_REDIS_URL", "redis://a:1,redis://b:2,redis://c:3")
-        .build()
-        .unwrap();
-    let BackendConfig::Redlock {
-        urls, node_timeout, ..
-    } = &c.backend
-    else {
-        panic!("expected Redlock, got {:?}", c.backend)
-    };
-    assert_eq!(urls.len(), 3);
-    // ttl 10s: ttl/100.
-    assert_eq!(*node_timeout, Duration::from_millis(100));
-    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-    assert!(
-        c.describe().contains("node_timeout = \"100ms\""),
-        "{}",
-        c.describe()
-    );
-
-    let four = Case::new()
-        .env(
-            "LEADERD_REDIS_URL",
-            "redis://a:1,redis://b:2,redis://c:3,redis://d:4",
-        )
-        .build()
-        .unwrap();
-    assert!(
-        four.warnings.iter().any(|w| w.contains("4 Redis masters")),
-        "{:?}",
-        four.warnings
-    );
-
-    for (env, value, expected) in [
-        ("LEADERD_REDIS_NODE_TIMEOUT", "2s", "at most ttl/10"),
-        (
-            "LEADERD_REDIS_WAIT_REPLICAS",
-            "1",
-            "does not apply to Redlock",
-        ),
-    ] {
-        let err = Case::new()
-            .env("LEADERD_REDIS_URL", "redis://a:1,redis://b:2,redis://c:3")
-            .env(env, value)
-            .err();
-        assert!(err.contains(expected), "{env}: {err}");
-    }
-    let err = Case::new()
-        .env(
-            "LEADERD_REDIS_URL",
-            "redis://a:1,redis+cluster://h:7000,redis://c:3",
-        )
-        .err();
-    assert!(
-        err.contains("Sentinel and Cluster URLs stand alone"),
-        "{err}"
-    );
-    let err = Case::new()
-        .env("LEADERD_REDIS_URL", "redis://a:1")
-        .env("LEADERD_REDIS_NODE_TIMEOUT", "50ms")
-        .err();
-    assert!(err.contains("applies to Redlock"), "{err}");
 }

@@ -8,23 +8,22 @@
 //! [`postgres`] (a lease table, optionally with a session advisory lock) and
 //! [`etcd`] (a key bound to an etcd lease, its revision the fencing token). A backend owns its connections, its
 //! wake-ups, its errors and their hints, and its part of `leaderd check`.
-//! [`open`] is the one place that chooses a backend from the configuration;
+//! [`open`] is the one place that opens a backend from the configuration;
 //! the runner, `app` and the HTTP layer only see the trait.
 //!
-//! A new backend is a module here implementing [`LeaseBackend`] (with its
-//! own `open(&Config)` constructor) and touches three existing files:
-//! 1. `lease/mod.rs` (this file): `mod`, one arm in [`open`], its name in
-//!    [`BACKENDS`], which the contract suite (`tests/it/contract.rs`) checks
-//!    it runs against;
-//! 2. `config/backend.rs`: its variant of [`crate::config::BackendConfig`]
-//!    and the resolution of its options;
-//! 3. `config/options.rs`: one row per option (flag, env var, TOML key,
-//!    default, help), from which the command line, the config file's
-//!    schema and the docs' tests derive.
+//! [`contract`] holds the trait and its types; this file is the map: the
+//! backends' modules and [`REGISTRY`], the one list of them.
 //!
-//! Its tests: a `Scene` in `tests/it/support/backends.rs` and a line in the
-//! contract suite's `SCENES`.
+//! A new backend is a folder here: a module implementing [`LeaseBackend`],
+//! its options and their resolution (a [`crate::config::Declared`]), a
+//! [`Registration`] and its tests. Two lines in this file make it part of
+//! leaderd — its `mod` and its entry in [`REGISTRY`] — and with them the
+//! command line, the config file's schema, `check`'s printout and the
+//! contract suite's list of backends. Its integration tests: a `Scene` in
+//! `tests/it/support/backends.rs` and a line in the contract suite's
+//! `SCENES`.
 
+pub mod contract;
 pub mod etcd;
 pub mod file;
 mod pem;
@@ -33,280 +32,44 @@ pub mod redis;
 mod rewatch;
 pub(crate) mod vacancy;
 
-use crate::config::{BackendConfig, Config};
-use std::future::Future;
-use std::pin::Pin;
-use std::time::Duration;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+pub(crate) use contract::new_token;
+pub use contract::{
+    Acquire, BoxFuture, Common, Error, Holder, LeaseBackend, Nodes, Peek, Registration, Renew,
+};
 
-/// Every backend [`open`] can build, by the name the contract suite uses.
-pub const BACKENDS: [&str; 6] = [
-    "lock-file",
-    "redis",
-    "redlock",
-    "postgres-table",
-    "postgres-advisory",
-    "etcd",
+use crate::config::{Config, Declared};
+
+/// Every backend, in the order `--help` lists their options.
+pub const REGISTRY: [&Registration; 4] = [
+    &redis::REGISTRATION,
+    &postgres::REGISTRATION,
+    &etcd::REGISTRATION,
+    &file::REGISTRATION,
 ];
 
-/// Who holds a lease, as far as the backend could tell. `id` is `None` when
-/// the backend holds something leaderd did not write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holder {
-    pub id: Option<String>,
-    pub fencing_token: Option<u64>,
+/// Every backend's options and their resolution, for the configuration.
+pub fn declared() -> Vec<&'static Declared> {
+    REGISTRY.iter().map(|r| r.declared).collect()
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Acquire {
-    /// The lease is ours. Its validity counts from `sent_at`.
-    Won {
-        fencing_token: u64,
-        sent_at: Instant,
-    },
-    /// Someone else holds it; `expires_in` is its remaining time when known.
-    Held {
-        holder: Holder,
-        expires_in: Option<Duration>,
-    },
+/// Every backend by the names its contract scenes run under.
+pub fn names() -> Vec<&'static str> {
+    REGISTRY
+        .iter()
+        .flat_map(|r| r.names.iter().copied())
+        .collect()
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Renew {
-    Renewed {
-        sent_at: Instant,
-    },
-    /// The backend holds another token (`Some`) or nothing (`None`).
-    Lost {
-        holder: Option<Holder>,
-    },
-}
-
-/// A look at the lease without touching it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Peek {
-    pub holder: Option<Holder>,
-    pub expires_in: Option<Duration>,
-    /// No holder, yet not free either (Redlock: no holder on a majority of
-    /// the masters and no majority vacant): an acquire in progress, or the
-    /// leftovers of failed ones. `expires_in`: when the first of them lapses.
-    pub contested: bool,
-}
-
-/// For a backend of several servers: how many answered the last
-/// operation, of how many, and how many it needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct Nodes {
-    pub answered: usize,
-    pub total: usize,
-    pub quorum: usize,
-}
-
-/// A backend failure. `is_misconfiguration` separates what retrying fixes
-/// from what a person must fix.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{backend} did not answer within {timeout:?}")]
-    Timeout { backend: String, timeout: Duration },
-    #[error("cannot reach {backend}: {detail}")]
-    Connection { backend: String, detail: String },
-    /// Credentials or permissions refused; `hint` says, in the backend's
-    /// terms, what leaderd needs.
-    #[error("{backend} refused leaderd's credentials or permissions: {detail}; {hint}")]
-    Misconfigured {
-        backend: String,
-        detail: String,
-        hint: &'static str,
-    },
-    /// The server is not the kind this backend talks to (a Redis Cluster
-    /// node behind a single-server URL); `detail` names the right one.
-    #[error("{backend}: {detail}")]
-    WrongKind { backend: String, detail: String },
-    /// A TLS handshake or TLS setting failed; `hint` says what to fix.
-    #[error("TLS with {backend} failed: {detail}; {hint}")]
-    Tls {
-        backend: String,
-        detail: String,
-        hint: String,
-    },
-    #[error("unexpected reply from {backend}: {detail}")]
-    Unexpected { backend: String, detail: String },
-    /// The write reached the primary but too few replicas acknowledged it
-    /// (`WAIT`): a failover now could hand the lease to another candidate.
-    #[error(
-        "{backend}: only {acknowledged} of {asked} replica(s) acknowledged the lease write in time; a failover could lose it, so the attempt counts as failed (check the replicas' links, or lower --redis-wait-replicas)"
-    )]
-    UnderReplicated {
-        backend: String,
-        asked: u32,
-        acknowledged: u32,
-    },
-    #[error("lock file {path}: {detail}")]
-    File { path: String, detail: String },
-    /// Something a person must set up on the server first (a table, a
-    /// grant); `detail` says what, in the server's own terms.
-    #[error("{backend}: {detail}")]
-    NotSetUp { backend: String, detail: String },
-    /// The lease's key holds something nobody can take over (a value leaderd
-    /// did not write, a wrong type, no expiry). leaderd never overwrites it.
-    #[error(
-        "the lease {key} on {backend} cannot be taken: {what}; leaderd never overwrites it. {fix}"
-    )]
-    Blocked {
-        backend: String,
-        key: String,
-        what: String,
-        /// How to clear it, in the backend's own terms.
-        fix: String,
-    },
-}
-
-impl Error {
-    /// A configuration error: `status` and `check` exit 2 for it.
-    pub fn is_misconfiguration(&self) -> bool {
-        matches!(
-            self,
-            Error::Misconfigured { .. }
-                | Error::NotSetUp { .. }
-                | Error::File { .. }
-                | Error::WrongKind { .. }
-                | Error::Tls { .. }
-        )
-    }
-
-    /// Only a person can fix it (configuration, or a blocked key): retried
-    /// slowly, and logged as an error.
-    pub fn needs_a_person(&self) -> bool {
-        self.is_misconfiguration() || matches!(self, Error::Blocked { .. })
-    }
-}
-
-/// What a release watcher's single watch returns ([`rewatch`]): boxed, so
-/// one loop can drive every backend's, and `Send`, to run on a task.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// A lease backend. The contract, which the state machine's safety rests
-/// on and the contract suite (`tests/it/contract.rs`) checks for each one:
-///
-/// - **Ownership.** The backend makes a random ownership token per
-///   candidate, keeps it, and never returns, logs or serves it (nor anything
-///   from which it can be recovered). Renew and release act only if the
-///   stored lease is still ours (an atomic compare with the token); a
-///   release that finds another holder, or none, changes nothing.
-/// - **Validity and `sent_at`.** A lease won or renewed is valid for the
-///   TTL counted from `sent_at`, the instant the request was *sent* (taken
-///   before any I/O): the server's expiry is later than that, so the local
-///   validity never outlasts the server's.
-/// - **Ambiguous outcomes.** After a timeout the outcome is unknown. The
-///   backend keeps the token, and the next `acquire` offers the same one, so
-///   a request that did win is recognised as ours rather than assumed either
-///   way (and taken again as a new term, with a new token: the won attempt's
-///   token was never handed to anyone). A `release` after a failed or
-///   refused acquire is allowed and is a no-op unless that acquire won.
-/// - **Fencing.** Every acquisition returns a fencing token strictly greater
-///   than every earlier one for the key, even after the backend lost its
-///   data: the backend keeps a floor (the highest token it has seen) and may
-///   add one of its own (Redis: the server's clock in ms).
-/// - **New terms.** Every acquisition is a new term with a new, larger
-///   token, also after a step-down, a failed release, a lost session or a
-///   restart of the store: a token an earlier term used is never handed
-///   back, whatever the store kept (etcd restores leases after a restart).
-/// - **Vacancies.** A waiter takes a lease at once only after a release
-///   its holder announced (the holder announces after its work stopped).
-///   A lease that disappeared any other way (deleted, revoked, evicted, its
-///   file unlinked) may still have a holder at work, which learns of it at
-///   its next look at the store: `acquire` answers `Held` until that
-///   holder's work must have stopped (at most a TTL after its last renewal;
-///   the pure verdict is `vacancy`), and the holder learns of the loss as
-///   soon as the store can tell it (a watch wakes it to renew).
-/// - **Nodes.** A store that survives losing a node keeps its leader when
-///   one node is lost: ask several nodes side by side, decide as soon as
-///   enough have answered, and never let one silent node spend the deadline.
-/// - **Refusals.** `Held` says who holds the lease and, when known, for how
-///   long: waiters sleep until then. A lease nobody can ever take over (a
-///   foreign value, no expiry, a wrong type) is [`Error::Blocked`], never
-///   overwritten.
-/// - **Wake-ups.** [`LeaseBackend::watch_releases`] is an optimisation only:
-///   a lost wake-up costs latency, never correctness.
-///
-/// The methods are `async fn`s made object-safe by `async_trait` (boxed
-/// `Send` futures), so the runner holds any backend as a `Box<dyn _>`.
-#[async_trait::async_trait]
-pub trait LeaseBackend: Send {
-    /// A printable name for logs and `status`: secrets redacted.
-    fn describe(&self) -> String;
-
-    /// Caveats about this configuration, to log at start-up and print in
-    /// `check` (e.g. a lock file coordinates one host only).
-    fn notes(&self) -> Vec<String> {
-        Vec::new()
-    }
-
-    async fn acquire(&mut self) -> Result<Acquire, Error>;
-
-    async fn renew(&mut self) -> Result<Renew, Error>;
-
-    /// Releases the lease if it is still ours. `Ok(false)`: it was not, or
-    /// we never held it (then nothing is sent).
-    async fn release(&mut self) -> Result<bool, Error>;
-
-    async fn peek(&mut self) -> Result<Peek, Error>;
-
-    /// Starts a task that sends `()` whenever a release makes the lease worth
-    /// trying now, until `stop`. `None`: waiters rely on their timers.
-    fn watch_releases(
-        &self,
-        _retry: Duration,
-        _notices: mpsc::UnboundedSender<()>,
-        _stop: CancellationToken,
-    ) -> Option<JoinHandle<()>> {
-        None
-    }
-
-    /// What `run` (and `check`) verify before campaigning, where a problem
-    /// no retry can fix shows up locally (a lock file's directory that does
-    /// not exist). Never touches the network: a backend that is down is
-    /// retried, not refused.
-    fn preflight(&mut self) -> Result<(), Error> {
-        Ok(())
-    }
-
-    /// What `run` and `check` verify over the network before campaigning.
-    /// Refuses only on evidence of a configuration no retry can fix (Redlock:
-    /// two URLs that reach one server); a backend that is down passes.
-    async fn vet(&mut self) -> Result<(), Error> {
-        Ok(())
-    }
-
-    /// For a backend of several servers, how many answered the last
-    /// operation (`/leader`, metrics).
-    fn nodes(&self) -> Option<Nodes> {
-        None
-    }
-
-    /// `leaderd check`, beyond `peek`: exercise what `run` will do (as the
-    /// configured user, on a scratch lease) and return one line per thing
-    /// checked.
-    async fn self_check(&mut self) -> Result<Vec<String>, Error>;
-}
-
-/// The configured backend. The only place that branches on its kind.
+/// The configured backend, opened by the backend that resolved its
+/// settings.
 pub fn open(config: &Config) -> Result<Box<dyn LeaseBackend>, Error> {
-    Ok(match &config.backend {
-        BackendConfig::Redis { .. } => Box::new(redis::RedisLease::open(config)?),
-        BackendConfig::Redlock { .. } => Box::new(redis::redlock::Redlock::open(config)?),
-        BackendConfig::Postgres(_) => Box::new(postgres::PgLease::open(config)?),
-        BackendConfig::Etcd(_) => Box::new(etcd::EtcdLease::open(config)?),
-        BackendConfig::LockFile { .. } => Box::new(file::FileLease::open(config)),
-    })
-}
-
-/// A fresh 128-bit random ownership token, hex-encoded.
-pub(crate) fn new_token() -> String {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).expect("the OS random source is available on Linux");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    let common = Common {
+        key: config.key.clone(),
+        id: config.id.clone(),
+        timing: config.timing,
+    };
+    REGISTRY
+        .iter()
+        .find_map(|r| (r.open)(&config.backend, &common))
+        .expect("a configured backend's settings come from a registered backend")
 }

@@ -4,7 +4,7 @@
 //! (a missing permission would otherwise go unnoticed: waiters still work,
 //! only slower, on their timers), then quietly.
 
-use super::BoxFuture;
+use super::contract::BoxFuture;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

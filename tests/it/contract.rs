@@ -1,5 +1,5 @@
 //! The lease-backend contract, run against every backend leaderd can open
-//! (`leaderd::lease::BACKENDS`), each against its real server: one leader of
+//! (`leaderd::lease::names()`), each against its real server: one leader of
 //! three, SIGTERM hands over at once and the next child starts after the
 //! last one stopped, SIGKILL hands over only when the lease allows, fencing
 //! tokens grow across handovers and data loss, a lease taken away is noticed
@@ -20,7 +20,7 @@ use support::{Leaderd, eventually, probe_child, probe_events, run_to_end};
 
 type StartScene = fn() -> Box<dyn Scene>;
 
-/// Every backend's scene, by the name `lease::BACKENDS` registers.
+/// Every backend's scene, by the name `lease::names()` gives.
 const SCENES: [(&str, StartScene); 11] = [
     ("lock-file", LockFileScene::start),
     ("redis", RedisScene::start),
@@ -68,7 +68,7 @@ fn for_each_backend(test: fn(&mut dyn Scene)) {
 
 #[test]
 fn every_registered_backend_runs_the_suite() {
-    let mut registered = leaderd::lease::BACKENDS.to_vec();
+    let mut registered = leaderd::lease::names();
     let mut covered: Vec<&str> = SCENES.iter().map(|(name, _)| *name).collect();
     registered.sort();
     covered.sort();

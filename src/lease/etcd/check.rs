@@ -4,8 +4,8 @@
 
 use super::EtcdLease;
 use super::client::{Client, int, uint};
-use crate::lease::LeaseBackend;
-use crate::lease::{Acquire, Error, Renew};
+use crate::lease::contract::LeaseBackend;
+use crate::lease::contract::{Acquire, Error, Renew};
 use serde_json::json;
 use tokio::time::Instant;
 

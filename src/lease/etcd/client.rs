@@ -5,8 +5,8 @@
 //! the auth token (fetched with the user's password, fetched again when the
 //! server says it expired) and the sorting of etcd's errors.
 
-use crate::config::EtcdConfig;
-use crate::lease::Error;
+use super::config::EtcdConfig;
+use crate::lease::contract::Error;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};

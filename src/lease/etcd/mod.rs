@@ -19,14 +19,18 @@
 
 mod check;
 mod client;
+pub mod config;
 mod term;
 mod watch;
 
-use crate::config::{BackendConfig, Config};
+use crate::config::Backend;
+use crate::lease::contract::{
+    Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew,
+};
 use crate::lease::vacancy::{Vacancies, Verdict};
-use crate::lease::{Acquire, Error, Holder, LeaseBackend, Peek, Renew};
 use crate::timing::Timing;
 use client::{Client, b64, int};
+use config::EtcdConfig;
 use serde_json::{Value, json};
 use std::time::Duration;
 use term::{Current, Keys, Look};
@@ -59,16 +63,26 @@ fn nobody() -> Holder {
     }
 }
 
+/// etcd: a key bound to an etcd lease.
+pub const REGISTRATION: Registration = Registration {
+    declared: &config::DECLARED,
+    names: &["etcd"],
+    open,
+};
+
+fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
+    let etcd = backend.get::<EtcdConfig>()?;
+    Some(EtcdLease::open(etcd, common).map(|l| Box::new(l) as Box<dyn LeaseBackend>))
+}
+
 impl EtcdLease {
-    pub fn open(config: &Config) -> Result<Self, Error> {
-        let BackendConfig::Etcd(etcd) = &config.backend else {
-            unreachable!("lease::open passes only an etcd configuration")
-        };
+    /// The lease of `common.key` on the cluster `etcd` names.
+    pub fn open(etcd: &EtcdConfig, common: &Common) -> Result<Self, Error> {
         Ok(Self::on(
             Client::new(etcd)?,
-            &format!("{}{}", etcd.prefix, config.key),
-            &config.id,
-            config.timing,
+            &format!("{}{}", etcd.prefix, common.key),
+            &common.id,
+            common.timing,
         ))
     }
 

@@ -8,7 +8,7 @@
 //! deleted, expired), and the contract's vacancy rule applies.
 
 use super::client::{int, unb64};
-use crate::lease::Holder;
+use crate::lease::contract::Holder;
 use serde_json::Value;
 
 /// The leader key as read: who holds it, the etcd lease it is bound to, and

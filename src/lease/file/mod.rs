@@ -17,12 +17,14 @@
 //!   following symlinks, created 0600, and refused when another user owns
 //!   them or could swap them ([`crate::private`]).
 
+pub mod config;
 mod held;
 
+use super::contract::{Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew};
 use super::vacancy::{Vacancies, Verdict};
-use super::{Acquire, Error, Holder, LeaseBackend, Peek, Renew};
-use crate::config::{BackendConfig, Config};
+use crate::config::Backend;
 use crate::private;
+use config::LockFileConfig;
 use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::MetadataExt;
@@ -74,6 +76,18 @@ struct Content {
     fencing_token: u64,
 }
 
+/// The embedded lock file.
+pub const REGISTRATION: Registration = Registration {
+    declared: &config::DECLARED,
+    names: &["lock-file"],
+    open,
+};
+
+fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
+    let file = backend.get::<LockFileConfig>()?;
+    Some(Ok(Box::new(FileLease::open(file, common))))
+}
+
 impl FileLease {
     pub fn new(path: &Path, id: &str) -> Self {
         FileLease {
@@ -89,15 +103,12 @@ impl FileLease {
         }
     }
 
-    /// The lock file of `config` (see [`super::open`]).
-    pub fn open(config: &Config) -> Self {
-        let BackendConfig::LockFile { path, implicit } = &config.backend else {
-            unreachable!("lease::open passes only a lock-file configuration")
-        };
+    /// The lock file `config` names, for `common.id`.
+    pub fn open(config: &LockFileConfig, common: &Common) -> Self {
         FileLease {
-            implicit: *implicit,
-            ttl: config.timing.ttl,
-            ..FileLease::new(path, &config.id)
+            implicit: config.implicit,
+            ttl: common.timing.ttl,
+            ..FileLease::new(&config.path, &common.id)
         }
     }
 

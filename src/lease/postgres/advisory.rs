@@ -6,10 +6,10 @@
 //! whose replies go unacknowledged that long drops the session too. Session state is exactly what a transaction pooler
 //! breaks, so a pooler in the path is refused ([`pooled`]).
 
+use super::config::PgConfig;
 use super::{PgLease, classify, connect};
-use crate::config::PgConfig;
-use crate::lease::LeaseBackend;
-use crate::lease::{Error, Holder};
+use crate::lease::contract::LeaseBackend;
+use crate::lease::contract::{Error, Holder};
 use std::time::Duration;
 use tokio_postgres::types::Type;
 
@@ -151,7 +151,7 @@ async fn probe(
     pg: &PgConfig,
     shown: &str,
 ) -> Result<bool, Error> {
-    let nonce = crate::lease::new_token();
+    let nonce = crate::lease::contract::new_token();
     let timed = |e| classify(&e, shown, pg);
     let timeout = pg.timeout;
     let first = tokio::time::timeout(

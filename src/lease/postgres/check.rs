@@ -2,10 +2,10 @@
 //! primary, the table exists and may be used, advisory mode has what it
 //! needs), and `check`'s report.
 
+use super::config::PgMode;
 use super::{PgLease, advisory, sql};
-use crate::config::PgMode;
-use crate::lease::LeaseBackend;
-use crate::lease::{Acquire, Error, Renew};
+use crate::lease::contract::LeaseBackend;
+use crate::lease::contract::{Acquire, Error, Renew};
 use tokio_postgres::types::Type;
 
 /// `idle_session_timeout` arrived in PostgreSQL 14.

@@ -14,6 +14,7 @@
 
 mod advisory;
 mod check;
+pub mod config;
 mod session;
 mod sql;
 mod tls;
@@ -21,9 +22,12 @@ mod wake;
 
 use session::{Conn, classify, connect, primary};
 
-use crate::config::{BackendConfig, Config, PgConfig, PgMode};
-use crate::lease::{Acquire, Error, Holder, LeaseBackend, Peek, Renew, new_token};
+use crate::config::Backend;
+use crate::lease::contract::{
+    Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew, new_token,
+};
 use crate::timing::Timing;
+use config::{PgConfig, PgMode};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -70,11 +74,21 @@ struct Statements {
     peek: String,
 }
 
+/// PostgreSQL: a lease table, optionally with a session advisory lock.
+pub const REGISTRATION: Registration = Registration {
+    declared: &config::DECLARED,
+    names: &["postgres-table", "postgres-advisory"],
+    open,
+};
+
+fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
+    let pg = backend.get::<PgConfig>()?;
+    Some(PgLease::open(pg, common).map(|l| Box::new(l) as Box<dyn LeaseBackend>))
+}
+
 impl PgLease {
-    pub fn open(config: &Config) -> Result<Self, Error> {
-        let BackendConfig::Postgres(pg) = &config.backend else {
-            unreachable!("lease::open passes only a PostgreSQL configuration")
-        };
+    /// The lease of `common.key` in the table `pg` names.
+    pub fn open(pg: &PgConfig, common: &Common) -> Result<Self, Error> {
         let shown = describe(pg);
         // Fail now on TLS material that cannot be used.
         tls::connector(&pg.tls).map_err(|detail| Error::Tls {
@@ -89,11 +103,11 @@ impl PgLease {
                 release: sql::release(&pg.table),
                 peek: sql::peek(&pg.table),
             },
-            channel: channel(&pg.table.name, &config.key),
-            pg: (**pg).clone(),
-            key: config.key.clone(),
-            id: config.id.clone(),
-            timing: config.timing,
+            channel: channel(&pg.table.name, &common.key),
+            pg: pg.clone(),
+            key: common.key.clone(),
+            id: common.id.clone(),
+            timing: common.timing,
             shown,
             token: None,
             highest_fencing: 0,
@@ -189,7 +203,7 @@ impl PgLease {
 
 /// The statement that creates the lease table `name` (`check` prints it).
 pub fn create_table_statement(name: &str) -> Result<String, String> {
-    crate::config::parse_table(name).map(|t| sql::create_table(&t))
+    config::parse_table(name).map(|t| sql::create_table(&t))
 }
 
 /// `PostgreSQL user@host:port/db (table T, mode M)`, without the password.

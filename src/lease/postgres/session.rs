@@ -2,9 +2,9 @@
 //! of the URL in turn), checking that it reached a primary, and sorting the
 //! client's errors into what a person must fix and what a retry may fix.
 
+use super::config::PgConfig;
 use super::{sql, tls};
-use crate::config::PgConfig;
-use crate::lease::Error;
+use crate::lease::contract::Error;
 use std::time::Duration;
 use tokio_postgres::Client;
 

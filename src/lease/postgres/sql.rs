@@ -18,7 +18,7 @@
 //! working, until its next renewal finds the row gone (the contract's
 //! vacancy rule).
 
-use crate::config::PgTable;
+use super::config::PgTable;
 
 /// The lease table's definition: one statement, printed by `check`.
 pub fn create_table(table: &PgTable) -> String {

@@ -4,7 +4,7 @@
 //! the chain), `verify-ca` checks the chain, `verify-full` the chain and the
 //! host name.
 
-use crate::config::{PgTls, SslMode};
+use super::config::{PgTls, SslMode};
 use rustls::DigitallySignedStruct;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};

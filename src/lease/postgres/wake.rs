@@ -6,8 +6,8 @@
 //! so when [`advisory::pooled`](super::advisory::pooled) finds one, waiters
 //! rely on their timers, and it is said once.
 
+use super::config::PgConfig;
 use super::{Conn, advisory, connect};
-use crate::config::PgConfig;
 use crate::lease::rewatch::Watch;
 use futures_util::future::poll_fn;
 use std::time::Duration;
@@ -42,7 +42,7 @@ pub(super) fn watch(
 async fn listen(
     listener: &Listener,
     notices: &mpsc::UnboundedSender<()>,
-) -> Result<Watch, crate::lease::Error> {
+) -> Result<Watch, crate::lease::contract::Error> {
     if advisory::pooled(&listener.pg, &listener.shown).await? {
         tracing::warn!(server = %listener.shown, "a transaction pooler is in the path to PostgreSQL: LISTEN/NOTIFY cannot work through it, so waiting candidates take over when the lease expires rather than at once on release (connect to the server directly, or through a session pooler, for instant handovers)");
         return Ok(Watch::Stop);
@@ -63,7 +63,7 @@ async fn listen(
         }
         Err(_) => {
             driver.abort();
-            return Err(crate::lease::Error::Timeout {
+            return Err(crate::lease::contract::Error::Timeout {
                 backend: listener.shown.clone(),
                 timeout: listener.pg.timeout,
             });

@@ -4,7 +4,7 @@
 use super::Error;
 use super::link::{Link, classify, connected_replicas};
 use super::route::Route;
-use crate::config::WaitReplicas;
+use super::urls::WaitReplicas;
 use redis::Value;
 use tokio::time::Instant;
 

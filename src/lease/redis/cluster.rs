@@ -6,7 +6,8 @@
 //! the cluster's node timeout, and only a fresh look finds the new one).
 
 use super::Error;
-use crate::config::{ClusterUrl, RedisTls};
+use super::config::RedisTls;
+use super::urls::ClusterUrl;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use redis::aio::MultiplexedConnection;
@@ -36,7 +37,7 @@ impl Cluster {
         let mut seeds = Vec::new();
         for (host, port) in &url.seeds {
             let node =
-                crate::config::parse_redis_url(&url.node_url(host, *port)).map_err(|detail| {
+                super::urls::parse_redis_url(&url.node_url(host, *port)).map_err(|detail| {
                     Error::Unexpected {
                         backend: shown.clone(),
                         detail,

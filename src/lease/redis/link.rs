@@ -5,7 +5,7 @@
 
 use super::Error;
 use super::route::Route;
-use crate::config::WaitReplicas;
+use super::urls::WaitReplicas;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use std::time::Duration;

@@ -8,6 +8,9 @@
 
 mod check;
 mod cluster;
+pub mod config;
+#[cfg(test)]
+mod config_tests;
 mod link;
 pub mod redlock;
 mod restarts;
@@ -15,10 +18,14 @@ mod route;
 mod script;
 mod sentinel;
 mod tls;
+pub mod urls;
 pub mod wake;
 
-use super::{Acquire, Error, Holder, LeaseBackend, Peek, Renew, new_token};
-use crate::config::{BackendConfig, Config, RedisUrl, WaitReplicas};
+use super::contract::{
+    Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew, new_token,
+};
+use crate::config::Backend;
+use config::{RedisConfig, RedlockConfig};
 use link::{Link, classify};
 use redis::Value;
 use script::{Reply, Scripts, eval, parse_reply, unexpected};
@@ -27,6 +34,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use urls::{RedisUrl, WaitReplicas};
 
 pub struct RedisLease {
     link: Link,
@@ -44,7 +52,23 @@ pub struct RedisLease {
     highest_fencing: u64,
     scripts: Scripts,
     /// What it was opened from, for `check`'s scratch election.
-    config: Option<Config>,
+    opened: Option<(RedisConfig, Common)>,
+}
+
+/// Redis, with Sentinel and Cluster, and Redlock over its masters.
+pub const REGISTRATION: Registration = Registration {
+    declared: &config::DECLARED,
+    names: &["redis", "redlock"],
+    open,
+};
+
+/// Opens what the Redis options resolved to: one server, or Redlock.
+fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
+    if let Some(one) = backend.get::<RedisConfig>() {
+        return Some(RedisLease::open(one, common).map(|l| Box::new(l) as Box<dyn LeaseBackend>));
+    }
+    let many = backend.get::<RedlockConfig>()?;
+    Some(redlock::Redlock::open(many, common).map(|l| Box::new(l) as Box<dyn LeaseBackend>))
 }
 
 /// The names of an election's keys and channel (PRODUCT §5).
@@ -71,20 +95,17 @@ pub fn keys(key: &str) -> Keys {
 }
 
 impl RedisLease {
-    /// The Redis backend of `config` (see [`super::open`]).
-    pub fn open(config: &Config) -> Result<Self, Error> {
-        let BackendConfig::Redis {
+    /// The lease of `common.key` on the Redis `config` names.
+    pub fn open(config: &RedisConfig, common: &Common) -> Result<Self, Error> {
+        let RedisConfig {
             url,
             timeout,
             tls,
             wait,
             sentinel_password,
-        } = &config.backend
-        else {
-            unreachable!("lease::open passes only a Redis configuration")
-        };
+        } = config;
         // Under Sentinel and Cluster the node is found at the first operation.
-        let route = route::Route::open(url, tls, &keys(&config.key).lease, sentinel_password)?;
+        let route = route::Route::open(url, tls, &keys(&common.key).lease, sentinel_password)?;
         let client = match route {
             route::Route::Direct => Some(tls::client(url, tls)?),
             _ => None,
@@ -93,13 +114,13 @@ impl RedisLease {
             client,
             url,
             *timeout,
-            &config.key,
-            &config.id,
-            config.timing.ttl,
+            &common.key,
+            &common.id,
+            common.timing.ttl,
         );
         lease.link.wait = *wait;
         lease.link.route = route;
-        lease.config = Some(config.clone());
+        lease.opened = Some((config.clone(), common.clone()));
         Ok(lease)
     }
 
@@ -145,7 +166,7 @@ impl RedisLease {
             token: None,
             highest_fencing: 0,
             scripts,
-            config: None,
+            opened: None,
         }
     }
 
@@ -376,9 +397,8 @@ impl LeaseBackend for RedisLease {
     /// missing ACL permission shows up now rather than at the first
     /// election. Leaves only the scratch fence counter behind.
     async fn self_check(&mut self) -> Result<Vec<String>, Error> {
-        let mut scratch_config = self.config.clone().expect("opened from a Config");
-        scratch_config.key = format!("{}.check", scratch_config.key);
-        let mut scratch = RedisLease::open(&scratch_config)?;
+        let (config, common) = self.opened.clone().expect("opened from its settings");
+        let mut scratch = RedisLease::open(&config, &common.scratch())?;
         match scratch.acquire().await? {
             Acquire::Won { .. } => {
                 scratch.renew().await?;
@@ -394,9 +414,9 @@ impl LeaseBackend for RedisLease {
         {
             lines.extend(scratch.link.report().await?);
         }
-        if let BackendConfig::Redis {
+        if let RedisConfig {
             url, timeout, tls, ..
-        } = &scratch_config.backend
+        } = &config
             && url.is_tls()
             && url.sentinel().is_none()
             && url.cluster().is_none()

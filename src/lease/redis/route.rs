@@ -5,8 +5,10 @@
 
 use super::Error;
 use super::cluster::Cluster;
+use super::config::RedisTls;
 use super::sentinel::Sentinels;
-use crate::config::{RedisTls, RedisUrl, Secret};
+use super::urls::RedisUrl;
+use crate::config::Secret;
 use tokio::time::Instant;
 
 pub(super) enum Route {
@@ -84,11 +86,10 @@ impl Route {
                 ((host, port), url, shown, &*tls)
             }
         };
-        let node =
-            crate::config::parse_redis_url(&node_url).map_err(|detail| Error::Unexpected {
-                backend: shown.clone(),
-                detail,
-            })?;
+        let node = super::urls::parse_redis_url(&node_url).map_err(|detail| Error::Unexpected {
+            backend: shown.clone(),
+            detail,
+        })?;
         Ok(Some(Target {
             addr,
             client: super::tls::client(&node, tls)?,

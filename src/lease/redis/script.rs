@@ -2,7 +2,7 @@
 //! server), how a call to one is written, and how their replies are read.
 
 use super::Error;
-use crate::lease::Holder;
+use crate::lease::contract::Holder;
 use redis::{Cmd, Script, Value};
 use std::time::Duration;
 

@@ -18,7 +18,8 @@
 //! election while two still answer.
 
 use super::Error;
-use crate::config::{Secret, SentinelUrl};
+use super::urls::SentinelUrl;
+use crate::config::Secret;
 use futures_util::StreamExt;
 use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
@@ -49,7 +50,7 @@ impl Sentinels {
     /// the data nodes': a sentinel without a password refuses `AUTH`).
     pub(super) fn new(
         url: SentinelUrl,
-        tls: &crate::config::RedisTls,
+        tls: &super::config::RedisTls,
         password: Option<&Secret>,
     ) -> Result<Self, Error> {
         let shown = format!(
@@ -83,7 +84,7 @@ impl Sentinels {
                 text.set_password(Some(password.expose()))
                     .map_err(|()| bad("the sentinel password cannot go in a URL".into()))?;
             }
-            let node = crate::config::parse_redis_url(text.as_str()).map_err(bad)?;
+            let node = super::urls::parse_redis_url(text.as_str()).map_err(bad)?;
             clients.push(super::tls::client(&node, tls)?);
         }
         Ok(Sentinels {

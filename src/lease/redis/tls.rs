@@ -6,7 +6,8 @@
 //! configuration. The handshake happens inside the connect timeout.
 
 use super::Error;
-use crate::config::{RedisTls, RedisUrl};
+use super::config::RedisTls;
+use super::urls::RedisUrl;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// A running backend and what the contract suite can do to it.
 pub trait Scene {
-    /// The name in `leaderd::lease::BACKENDS`.
+    /// The name in `leaderd::lease::names()`.
     fn name(&self) -> &'static str;
     /// The flags that select this backend for `key` (`run`, `status`, `check`).
     fn args(&self, key: &str) -> Vec<String>;

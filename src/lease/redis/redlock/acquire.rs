@@ -15,7 +15,7 @@
 use super::super::script::eval;
 use super::Redlock;
 use super::tally::{self, Acquired, Answer, Standing, Voted};
-use crate::lease::{Acquire, Error, new_token};
+use crate::lease::contract::{Acquire, Error, new_token};
 use futures_util::future::join_all;
 use redis::Value;
 use std::time::Duration;
@@ -78,7 +78,7 @@ impl Redlock {
                     "a quorum only with restarted masters; waiting for them to count"
                 );
                 return Ok(Acquire::Held {
-                    holder: crate::lease::Holder {
+                    holder: crate::lease::contract::Holder {
                         id: None,
                         fencing_token: None,
                     },

@@ -9,9 +9,8 @@
 use super::super::link::{Link, classify};
 use super::super::{tls, wake};
 use super::Redlock;
-use crate::config::BackendConfig;
-use crate::lease::LeaseBackend;
-use crate::lease::{Acquire, Error, new_token};
+use crate::lease::contract::LeaseBackend;
+use crate::lease::contract::{Acquire, Error, new_token};
 use futures_util::future::join_all;
 
 /// How long a probe key lives if leaderd dies before deleting it.
@@ -85,7 +84,7 @@ pub(super) async fn probe(nodes: &mut [Link], prefix: &str) -> Result<Independen
 /// one line per thing checked.
 pub(super) async fn report(lease: &mut Redlock) -> Result<Vec<String>, Error> {
     let mut lines = Vec::new();
-    let prefix = format!("leaderd:{{{}}}", lease.config.key);
+    let prefix = format!("leaderd:{{{}}}", lease.common.key);
     let independent = probe(&mut lease.nodes, &prefix).await?;
     lines.push(format!(
         "{} of {} masters answered the independence probe and share no data (quorum {})",
@@ -93,9 +92,7 @@ pub(super) async fn report(lease: &mut Redlock) -> Result<Vec<String>, Error> {
         lease.nodes.len(),
         lease.quorum
     ));
-    let mut scratch_config = lease.config.clone();
-    scratch_config.key = format!("{}.check", scratch_config.key);
-    let mut scratch = Redlock::open(&scratch_config)?;
+    let mut scratch = Redlock::open(&lease.config, &lease.common.scratch())?;
     if let Acquire::Won { .. } = scratch.acquire_op().await? {
         scratch.renew().await?;
         scratch.release().await?;
@@ -123,13 +120,9 @@ pub(super) async fn report(lease: &mut Redlock) -> Result<Vec<String>, Error> {
         "{blocking} of {} masters let waiters block on the wake list",
         scratch.nodes.len()
     ));
-    if let BackendConfig::Redlock {
-        urls, tls, timeout, ..
-    } = &lease.config.backend
-    {
-        for url in urls.iter().filter(|u| u.is_tls()) {
-            lines.extend(tls::report(url, tls, *timeout).await?);
-        }
+    let config = &lease.config;
+    for url in config.urls.iter().filter(|u| u.is_tls()) {
+        lines.extend(tls::report(url, &config.tls, config.timeout).await?);
     }
     lines.push(format!(
         "acquire (both phases), renew and release ran on a quorum as the configured user (scratch key {})",

@@ -18,11 +18,12 @@ mod acquire;
 mod check;
 mod tally;
 
+use super::config::{RedisTls, RedlockConfig};
 use super::link::Link;
 use super::script::{Reply, Scripts, eval, parse_reply};
+use super::urls::{RedisUrl, WaitReplicas};
 use super::{Keys, blocked, keys, route, tls, wake};
-use crate::config::{BackendConfig, Config, RedisTls, RedisUrl, WaitReplicas};
-use crate::lease::{Acquire, Error, LeaseBackend, Nodes, Peek, Renew};
+use crate::lease::contract::{Acquire, Common, Error, LeaseBackend, Nodes, Peek, Renew};
 use crate::timing::Timing;
 use futures_util::future::join_all;
 use redis::{Cmd, Value};
@@ -55,20 +56,20 @@ pub struct Redlock {
     /// Each master's request timeout (`--redis-node-timeout`).
     node_timeout: Duration,
     scripts: Scripts,
-    config: Config,
+    /// What it was opened from, for `check`'s scratch election.
+    config: RedlockConfig,
+    common: Common,
 }
 
 impl Redlock {
-    pub fn open(config: &Config) -> Result<Self, Error> {
-        let BackendConfig::Redlock {
+    /// The lease of `common.key` on the masters `config` names.
+    pub fn open(config: &RedlockConfig, common: &Common) -> Result<Self, Error> {
+        let RedlockConfig {
             urls,
             timeout,
             node_timeout,
             tls,
-        } = &config.backend
-        else {
-            unreachable!("lease::open passes only a Redlock configuration")
-        };
+        } = config;
         let scripts = Scripts::new();
         let nodes = urls
             .iter()
@@ -77,9 +78,9 @@ impl Redlock {
         Ok(Redlock {
             quorum: tally::quorum(nodes.len()),
             nodes,
-            keys: keys(&config.key),
-            id_json: serde_json::to_string(&config.id).expect("a string always serialises"),
-            timing: config.timing,
+            keys: keys(&common.key),
+            id_json: serde_json::to_string(&common.id).expect("a string always serialises"),
+            timing: common.timing,
             token: None,
             fencing: 0,
             highest_fencing: 0,
@@ -88,6 +89,7 @@ impl Redlock {
             node_timeout: *node_timeout,
             scripts,
             config: config.clone(),
+            common: common.clone(),
         })
     }
 
@@ -404,7 +406,7 @@ impl LeaseBackend for Redlock {
     }
 
     async fn vet(&mut self) -> Result<(), Error> {
-        let prefix = format!("leaderd:{{{}}}", self.config.key);
+        let prefix = format!("leaderd:{{{}}}", self.common.key);
         check::probe(&mut self.nodes, &prefix).await.map(drop)
     }
 

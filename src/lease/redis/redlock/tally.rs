@@ -2,7 +2,7 @@
 //! of the answers and the quorum, table-tested here. The I/O around them is
 //! in the parent module.
 
-use crate::lease::Holder;
+use crate::lease::contract::Holder;
 use std::cmp::Reverse;
 use std::time::Duration;
 

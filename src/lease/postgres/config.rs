@@ -5,12 +5,10 @@
 //! implement the way libpq does) out of the query, and hands the rest to
 //! tokio-postgres.
 
-use super::options;
-use super::resolve::{Layer, Origin, Resolver, Value, or_default, positive, show};
-use super::values::{self, Secret};
-use super::{BackendConfig, ConfigError, Sources};
+use crate::config::options::{BACKEND, Spec, spec};
+use crate::config::{Backend, ConfigError, Declared, Resolving, Secret, Value, or_default};
+use crate::config::{loose_secret_file, redact_url};
 use std::fmt;
-use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -193,14 +191,11 @@ pub fn parse_postgres_url(text: &str) -> Result<PgUrl, String> {
 /// shown as it is (unlike Redis, libpq reads a lone userinfo as the user).
 fn redact(text: &str) -> String {
     let Some((scheme, rest)) = text.split_once("://") else {
-        return values::redact_url(text);
+        return redact_url(text);
     };
     match rest.rfind('@') {
         Some(at) if !rest[..at].contains(':') => text.to_string(),
-        _ => format!(
-            "{scheme}://{}",
-            &values::redact_url(text)[scheme.len() + 3..]
-        ),
+        _ => format!("{scheme}://{}", &redact_url(text)[scheme.len() + 3..]),
     }
 }
 
@@ -241,108 +236,122 @@ fn parse_bool(text: &str) -> Result<bool, String> {
     }
 }
 
-/// The PostgreSQL URL: `--postgres`, else `LEADERD_POSTGRES_URL` or the
-/// file named by `LEADERD_POSTGRES_URL_FILE`, else `postgres.url` or the
-/// file named by `postgres.url_file`.
-pub(super) fn postgres_url(
-    r: &Resolver<'_>,
-    s: &Sources<'_>,
-    warnings: &mut Vec<String>,
-) -> Result<Option<Value<PgUrl>>, ConfigError> {
-    let (spec, from_file) = (&options::POSTGRES, &options::POSTGRES_URL_FILE);
-    let (file_env, file_key) = (
-        from_file.env.expect("declared"),
-        from_file.key.expect("declared"),
-    );
-    let given = r.scalar_from(spec, [Layer::Flag], parse_postgres_url)?;
-    if let Some(given) = given {
-        if given.value.connect.get_password().is_some() {
-            warnings.push(format!(
-                "--postgres: the URL's password is visible to every user of this host in `ps`; give the URL in {} or in a file named by {file_env} (or {file_key})",
-                spec.env.expect("declared")
-            ));
-        }
-        return Ok(Some(given));
-    }
-    let env = r.scalar_from(spec, [Layer::Env], parse_postgres_url)?;
-    if let Some(path) = r.env(file_env)? {
-        if let Some(env) = env {
-            return Err(ConfigError(format!(
-                "both {} and {file_env} are set; choose one",
-                env.origin
-            )));
-        }
-        return read_url(s, &PathBuf::from(path), Origin::Env(file_env), warnings).map(Some);
-    }
-    if env.is_some() {
-        return Ok(env);
-    }
-    let in_file = r.scalar_from(spec, [Layer::File], parse_postgres_url)?;
-    let Some(at) = s.file.and_then(|f| f.scalar(from_file)) else {
-        return Ok(in_file);
+pub const POSTGRES: Spec = spec(
+    "postgres",
+    "--postgres",
+    "LEADERD_POSTGRES_URL",
+    "postgres.url",
+)
+.value("URL")
+.under(BACKEND)
+.help("PostgreSQL URL, postgres://user:pass@host[,host2][:port]/db?sslmode=…&target_session_attrs=read-write (?mode=advisory for session advisory locks; or in a file: LEADERD_POSTGRES_URL_FILE, postgres.url_file)");
+
+pub const POSTGRES_URL_FILE: Spec = spec(
+    "postgres_url_file",
+    "",
+    "LEADERD_POSTGRES_URL_FILE",
+    "postgres.url_file",
+)
+.no_flag()
+.value("FILE")
+.under(BACKEND)
+.help("A file holding the PostgreSQL URL, read at start-up");
+
+pub const POSTGRES_TABLE: Spec = spec(
+    "postgres_table",
+    "--postgres-table",
+    "LEADERD_POSTGRES_TABLE",
+    "postgres.table",
+)
+.value("NAME")
+.under(BACKEND)
+.help("The lease table, [schema.]name (used as written, quoted)")
+.default("leaderd_lease");
+
+pub const POSTGRES_TIMEOUT: Spec = spec(
+    "postgres_timeout",
+    "--postgres-timeout",
+    "LEADERD_POSTGRES_TIMEOUT",
+    "postgres.timeout",
+)
+.value("DUR")
+.under(BACKEND)
+.help("Timeout of connecting and of every statement")
+.default("500ms");
+
+pub const POSTGRES_MODE: Spec = spec(
+    "postgres_mode",
+    "--postgres-mode",
+    "LEADERD_POSTGRES_MODE",
+    "postgres.mode",
+)
+.value("MODE")
+.under(BACKEND)
+.help("table: a lease row judged by the server's clock (works through transaction poolers); advisory: the row plus a session advisory lock held by a dedicated session (refused behind a transaction pooler); also ?mode= in the URL")
+.choices(&["table", "advisory"])
+.default("table");
+
+pub const POSTGRES_CREATE_TABLE: Spec = spec(
+    "postgres_create_table",
+    "--postgres-create-table",
+    "LEADERD_POSTGRES_CREATE_TABLE",
+    "postgres.create_table",
+)
+.value("BOOL")
+.under(BACKEND)
+.help("Create the lease table at start-up when it is missing (needs CREATE on the schema); without it, a missing table is an error that prints the statement")
+.switch()
+.default("false");
+
+/// PostgreSQL as the configuration sees it.
+pub const DECLARED: Declared = Declared {
+    name: "PostgreSQL",
+    options: &[
+        &POSTGRES,
+        &POSTGRES_URL_FILE,
+        &POSTGRES_TABLE,
+        &POSTGRES_TIMEOUT,
+        &POSTGRES_MODE,
+        &POSTGRES_CREATE_TABLE,
+    ],
+    selectors: &[&POSTGRES, &POSTGRES_URL_FILE],
+    resolve,
+    fallback: None,
+};
+
+fn has_password(url: &PgUrl) -> bool {
+    url.connect.get_password().is_some()
+}
+
+/// The URL (from the flag, env var, TOML key or a file), then the rest.
+fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
+    let mut urls = x
+        .url_or_file(
+            &POSTGRES,
+            &POSTGRES_URL_FILE,
+            parse_postgres_url,
+            has_password,
+        )?
+        .expect("chosen by one of these options");
+    let url = Value {
+        value: urls.value.remove(0),
+        origin: urls.origin,
     };
-    let origin = r.file_origin(from_file, &at);
-    if in_file.is_some() {
-        return Err(ConfigError(format!(
-            "{origin}: both postgres.url and {file_key} are set; choose one"
-        )));
-    }
-    read_url(s, &PathBuf::from(&at.value.0), origin, warnings).map(Some)
-}
-
-fn read_url(
-    s: &Sources<'_>,
-    path: &std::path::Path,
-    origin: Origin,
-    warnings: &mut Vec<String>,
-) -> Result<Value<PgUrl>, ConfigError> {
-    let shown = path.display();
-    let (text, mode) = (s.read_secret)(path)
-        .map_err(|e| ConfigError(format!("{origin}: cannot read {shown}: {e}")))?;
-    warnings.extend(super::loose_secret_file(&origin, path, mode));
-    let value = parse_postgres_url(text.trim())
-        .map_err(|msg| ConfigError(format!("{origin} ({shown}): {msg}")))?;
-    Ok(Value { value, origin })
-}
-
-/// The rest of the PostgreSQL options, given the URL.
-pub(super) fn resolve(
-    r: &Resolver<'_>,
-    s: &Sources<'_>,
-    url: Value<PgUrl>,
-    renew_interval: &Value<Duration>,
-    warnings: &mut Vec<String>,
-    note: &mut impl FnMut(&'static str, String, &Origin),
-) -> Result<BackendConfig, ConfigError> {
-    note(
+    x.note(
         "postgres.url",
         format!("{:?}", url.value.redacted()),
         &url.origin,
     );
-    let table = r.scalar(&options::POSTGRES_TABLE, parse_table)?;
+    let table = x.r.scalar(&POSTGRES_TABLE, parse_table)?;
     let table = or_default(table, parse_table("leaderd_lease").expect("valid"), "");
-    note(
+    x.note(
         "postgres.table",
         format!("{:?}", table.value.name),
         &table.origin,
     );
-    let timeout = r.scalar(&options::POSTGRES_TIMEOUT, positive(values::parse_duration))?;
-    let timeout = or_default(timeout, Duration::from_millis(500), "");
-    note(
-        "postgres.timeout",
-        format!("{:?}", show(timeout.value)),
-        &timeout.origin,
-    );
-    if timeout.value >= renew_interval.value {
-        return Err(ConfigError(format!(
-            "postgres.timeout = {} ({}) must be shorter than lease.renew_interval = {} ({}): a renewal has to be able to time out and be retried before the next one is due; lower the timeout or raise the renew interval",
-            show(timeout.value),
-            timeout.origin,
-            show(renew_interval.value),
-            renew_interval.origin
-        )));
-    }
-    let mode = r.scalar(&options::POSTGRES_MODE, parse_mode)?;
+    let timeout = x.duration(&POSTGRES_TIMEOUT, Duration::from_millis(500))?;
+    x.shorter_than_renewal(&POSTGRES_TIMEOUT, &timeout)?;
+    let mode = x.r.scalar(&POSTGRES_MODE, parse_mode)?;
     let mode = match (mode, url.value.mode) {
         (Some(given), Some(in_url)) if given.value != in_url => {
             return Err(ConfigError(format!(
@@ -360,39 +369,35 @@ pub(super) fn resolve(
         },
         (None, None) => or_default(None, PgMode::Table, ""),
     };
-    note(
+    x.note(
         "postgres.mode",
         format!("{:?}", mode.value.as_str()),
         &mode.origin,
     );
-    let create = r.scalar(&options::POSTGRES_CREATE_TABLE, parse_bool)?;
+    let create = x.r.scalar(&POSTGRES_CREATE_TABLE, parse_bool)?;
     let create = or_default(create, false, "");
-    note(
+    x.note(
         "postgres.create_table",
         create.value.to_string(),
         &create.origin,
     );
-    let tls = tls(s, &url, warnings)?;
-    Ok(BackendConfig::Postgres(Box::new(PgConfig {
+    let tls = tls(x, &url)?;
+    Ok(Backend::new(PgConfig {
         url: url.value,
         table: table.value,
         timeout: timeout.value,
         mode: mode.value,
         create_table: create.value,
         tls,
-    })))
+    }))
 }
 
 /// Reads the URL's TLS files now, so a wrong path fails at start-up.
-fn tls(
-    s: &Sources<'_>,
-    url: &Value<PgUrl>,
-    warnings: &mut Vec<String>,
-) -> Result<PgTls, ConfigError> {
+fn tls(x: &mut Resolving<'_>, url: &Value<PgUrl>) -> Result<PgTls, ConfigError> {
     let u = &url.value;
     let origin = &url.origin;
     let read = |param: &str, path: &str| {
-        (s.read_secret)(std::path::Path::new(path)).map_err(|e| {
+        (x.r.sources().read_secret)(std::path::Path::new(path)).map_err(|e| {
             ConfigError(format!(
                 "{origin}: {param}={path} in the PostgreSQL URL: cannot read it: {e}"
             ))
@@ -416,7 +421,7 @@ fn tls(
     let client = match (u.sslcert.as_deref(), u.sslkey.as_deref()) {
         (Some(cert), Some(key)) => {
             let (key_pem, file_mode) = read("sslkey", key)?;
-            warnings.extend(super::loose_secret_file(
+            x.warnings.extend(loose_secret_file(
                 origin,
                 std::path::Path::new(key),
                 file_mode,

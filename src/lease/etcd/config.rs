@@ -1,13 +1,10 @@
-//! etcd's options: `--etcd URL` (repeatable; `LEADERD_ETCD_ENDPOINTS`
+//! etcd's options, declared once here and resolved into [`EtcdConfig`]: `--etcd URL` (repeatable; `LEADERD_ETCD_ENDPOINTS`
 //! comma-separated; `etcd.endpoints`), the user and password (in the URL,
 //! or the password from `LEADERD_ETCD_PASSWORD` or a file), TLS files, the
 //! key prefix and the request timeout.
 
-use super::options;
-use super::resolve::{Origin, Resolver, Value, or_default, positive, show};
-use super::values::{self, Secret};
-use super::{BackendConfig, ConfigError, Sources};
-use std::path::PathBuf;
+use crate::config::options::{BACKEND, Spec, spec};
+use crate::config::{Backend, ConfigError, Declared, Origin, Resolving, Secret, or_default};
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
@@ -33,7 +30,7 @@ pub struct EtcdUrl {
 }
 
 pub fn parse_etcd_url(text: &str) -> Result<EtcdUrl, String> {
-    let shown = values::redact_url(text.trim());
+    let shown = crate::config::redact_url(text.trim());
     let mut url = url::Url::parse(text.trim()).map_err(|e| {
         format!(
             "`{shown}` is not an etcd URL ({e}); expected http://HOST:2379 or https://HOST:2379"
@@ -76,20 +73,105 @@ fn parse_prefix(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
-/// The endpoints, if etcd is configured.
-pub(super) fn endpoints(r: &Resolver<'_>) -> Result<Option<Value<Vec<EtcdUrl>>>, ConfigError> {
-    r.list(&options::ETCD, parse_etcd_url)
-}
+pub const ETCD: Spec = spec("etcd", "--etcd", "LEADERD_ETCD_ENDPOINTS", "etcd.endpoints")
+    .value("URL")
+    .under(BACKEND)
+    .help("etcd endpoint, http[s]://[user[:pass]@]host:2379; repeat for every member")
+    .list();
 
-/// The rest of etcd's options, given the endpoints.
-pub(super) fn resolve(
-    r: &Resolver<'_>,
-    s: &Sources<'_>,
-    urls: Value<Vec<EtcdUrl>>,
-    renew_interval: &Value<Duration>,
-    warnings: &mut Vec<String>,
-    note: &mut impl FnMut(&'static str, String, &Origin),
-) -> Result<BackendConfig, ConfigError> {
+pub const ETCD_PASSWORD_FILE: Spec = spec(
+    "etcd_password_file",
+    "--etcd-password-file",
+    "LEADERD_ETCD_PASSWORD_FILE",
+    "etcd.password_file",
+)
+.value("FILE")
+.under(BACKEND)
+.help("A file holding the etcd user's password (the user: in the URL)");
+
+pub const ETCD_PASSWORD: Spec = spec("etcd_password", "", "LEADERD_ETCD_PASSWORD", "")
+    .no_flag()
+    .no_key()
+    .value("PASSWORD")
+    .under(BACKEND)
+    .help("The etcd user's password itself (instead of the file)");
+
+pub const ETCD_TLS_CA: Spec = spec(
+    "etcd_tls_ca",
+    "--etcd-tls-ca",
+    "LEADERD_ETCD_TLS_CA",
+    "etcd.tls_ca_file",
+)
+.value("FILE")
+.under(BACKEND)
+.help("For https:// endpoints: trust only this PEM CA bundle (etcdctl's --cacert)")
+.default("the system's roots");
+
+pub const ETCD_TLS_CERT: Spec = spec(
+    "etcd_tls_cert",
+    "--etcd-tls-cert",
+    "LEADERD_ETCD_TLS_CERT",
+    "etcd.tls_cert_file",
+)
+.value("FILE")
+.under(BACKEND)
+.help("For https:// with client certificates: the certificate (PEM), with --etcd-tls-key (etcdctl's --cert)");
+
+pub const ETCD_TLS_KEY: Spec = spec(
+    "etcd_tls_key",
+    "--etcd-tls-key",
+    "LEADERD_ETCD_TLS_KEY",
+    "etcd.tls_key_file",
+)
+.value("FILE")
+.under(BACKEND)
+.help("For https:// with client certificates: the private key (PEM) (etcdctl's --key)");
+
+pub const ETCD_PREFIX: Spec = spec(
+    "etcd_prefix",
+    "--etcd-prefix",
+    "LEADERD_ETCD_PREFIX",
+    "etcd.prefix",
+)
+.value("PREFIX")
+.under(BACKEND)
+.help("Where leaderd's keys live: PREFIX + KEY + /leader")
+.default("leaderd/");
+
+pub const ETCD_TIMEOUT: Spec = spec(
+    "etcd_timeout",
+    "--etcd-timeout",
+    "LEADERD_ETCD_TIMEOUT",
+    "etcd.timeout",
+)
+.value("DUR")
+.under(BACKEND)
+.help("Timeout of every etcd request (connecting included)")
+.default("500ms");
+
+/// etcd as the configuration sees it.
+pub const DECLARED: Declared = Declared {
+    name: "etcd",
+    options: &[
+        &ETCD,
+        &ETCD_PASSWORD_FILE,
+        &ETCD_PASSWORD,
+        &ETCD_TLS_CA,
+        &ETCD_TLS_CERT,
+        &ETCD_TLS_KEY,
+        &ETCD_PREFIX,
+        &ETCD_TIMEOUT,
+    ],
+    selectors: &[&ETCD],
+    resolve,
+    fallback: None,
+};
+
+/// The endpoints, then the rest of etcd's options.
+fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
+    let urls =
+        x.r.list(&ETCD, parse_etcd_url)?
+            .expect("chosen by this option");
     let origin = urls.origin.clone();
     if urls.value.is_empty() {
         return Err(ConfigError(format!("{origin}: no etcd endpoint given")));
@@ -106,44 +188,19 @@ pub(super) fn resolve(
         password = password.or(u.password.clone());
     }
     if password.is_some() && matches!(origin, Origin::Flag(_)) {
-        warnings.push(format!(
+        x.warn(format!(
             "--etcd: the URL's password is visible to every user of this host in `ps`; give it in {} or a file named by --etcd-password-file",
-            options::ETCD_PASSWORD.env.expect("declared")
+            ETCD_PASSWORD.env.expect("declared")
         ));
     }
-    let from_env = r
-        .env(options::ETCD_PASSWORD.env.expect("declared"))?
-        .map(Secret::new);
-    let file = r.scalar(&options::ETCD_PASSWORD_FILE, |p| Ok(PathBuf::from(p)))?;
-    let given = match (from_env, file) {
-        (Some(_), Some(f)) => {
-            return Err(ConfigError(format!(
-                "both {} and an etcd password file ({}) are set; choose one",
-                options::ETCD_PASSWORD.env.expect("declared"),
-                f.origin
-            )));
-        }
-        (Some(p), None) => Some(p),
-        (None, Some(f)) => {
-            let (text, mode) = (s.read_secret)(&f.value).map_err(|e| {
-                ConfigError(format!(
-                    "{}: cannot read {}: {e}",
-                    f.origin,
-                    f.value.display()
-                ))
-            })?;
-            warnings.extend(super::loose_secret_file(&f.origin, &f.value, mode));
-            Some(Secret::new(text.trim_end_matches(['\n', '\r'])))
-        }
-        (None, None) => None,
-    };
-    if given.is_some() {
+    let given = x.secret(&ETCD_PASSWORD, &ETCD_PASSWORD_FILE, "an etcd password file")?;
+    if let Some(given) = given {
         if password.is_some() {
             return Err(ConfigError(format!(
                 "{origin}: the etcd password is given both in the URL and separately; choose one"
             )));
         }
-        password = given;
+        password = Some(given.value);
     }
     if password.is_some() && user.is_none() {
         return Err(ConfigError(format!(
@@ -155,36 +212,17 @@ pub(super) fn resolve(
         .iter()
         .map(|e| format!("{:?}", e.as_str()))
         .collect();
-    note("etcd.endpoints", format!("[{}]", shown.join(", ")), &origin);
+    x.note("etcd.endpoints", format!("[{}]", shown.join(", ")), &origin);
     let plain = endpoints.iter().find(|e| e.scheme() != "https").map(|e| {
         format!("TLS files apply to https:// endpoints, but `{e}` is http://; use https://")
     });
-    let specs = [
-        &options::ETCD_TLS_CA,
-        &options::ETCD_TLS_CERT,
-        &options::ETCD_TLS_KEY,
-    ];
-    let tls = super::backend::tls_files(r, s, specs, plain, warnings, note)?;
-    let prefix = r.scalar(&options::ETCD_PREFIX, parse_prefix)?;
+    let tls = x.tls_files([&ETCD_TLS_CA, &ETCD_TLS_CERT, &ETCD_TLS_KEY], plain)?;
+    let prefix = x.r.scalar(&ETCD_PREFIX, parse_prefix)?;
     let prefix = or_default(prefix, "leaderd/".to_string(), "");
-    note("etcd.prefix", format!("{:?}", prefix.value), &prefix.origin);
-    let timeout = r.scalar(&options::ETCD_TIMEOUT, positive(values::parse_duration))?;
-    let timeout = or_default(timeout, Duration::from_millis(500), "");
-    note(
-        "etcd.timeout",
-        format!("{:?}", show(timeout.value)),
-        &timeout.origin,
-    );
-    if timeout.value >= renew_interval.value {
-        return Err(ConfigError(format!(
-            "etcd.timeout = {} ({}) must be shorter than lease.renew_interval = {} ({}): a renewal has to be able to time out and be retried before the next one is due",
-            show(timeout.value),
-            timeout.origin,
-            show(renew_interval.value),
-            renew_interval.origin
-        )));
-    }
-    Ok(BackendConfig::Etcd(Box::new(EtcdConfig {
+    x.note("etcd.prefix", format!("{:?}", prefix.value), &prefix.origin);
+    let timeout = x.duration(&ETCD_TIMEOUT, Duration::from_millis(500))?;
+    x.shorter_than_renewal(&ETCD_TIMEOUT, &timeout)?;
+    Ok(Backend::new(EtcdConfig {
         endpoints,
         user,
         password,
@@ -192,7 +230,7 @@ pub(super) fn resolve(
         client: tls.client,
         prefix: prefix.value,
         timeout: timeout.value,
-    })))
+    }))
 }
 
 #[cfg(test)]
