@@ -31,7 +31,7 @@ pub(crate) mod tests;
 mod values;
 
 pub use args::ConfigArgs;
-pub use backend::{Backend, Declared, Resolving, Settings, TlsFiles, all_options};
+pub use backend::{Backend, Declared, Resolve, Resolving, Settings, all_options};
 pub use error::ConfigError;
 pub use file::ConfigFile;
 pub use model::{AdminConfig, ChildConfig, Config, LogConfig, WebhookConfig};

@@ -1,10 +1,13 @@
 //! PEM material for the backends' TLS clients (Redis, PostgreSQL, etcd):
-//! the roots to trust and a client's identity, read the same way for all,
-//! with messages that say which file was wrong.
+//! the files named by a backend's TLS options, read at start-up, and the
+//! roots to trust and a client's identity made of them, the same way for
+//! all, with messages that say which file was wrong.
 
-use crate::config::Secret;
+use crate::config::options::Spec;
+use crate::config::{ConfigError, Resolving, Secret, Value, loose_secret_file};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::PathBuf;
 
 /// The roots in the PEM bundle `pem` (`what` names it in messages), or the
 /// system's roots when there is none.
@@ -59,4 +62,78 @@ pub(crate) fn client_config(
         }
         None => Ok(builder.with_no_client_auth()),
     }
+}
+
+/// TLS material read at start-up. Empty: the system's roots, no client
+/// certificate.
+#[derive(Debug, Clone, Default)]
+pub struct TlsFiles {
+    /// PEM bundle to trust instead of the system's roots.
+    pub ca: Option<Vec<u8>>,
+    /// PEM certificate chain and private key for mutual TLS.
+    pub client: Option<(Vec<u8>, Secret)>,
+}
+
+/// TLS files named by three options (a CA bundle; a client certificate
+/// and its key, both or neither), read now so a wrong path fails at
+/// start-up. `plain`: what to say if any is given although a URL is
+/// not TLS.
+pub(crate) fn files(
+    x: &mut Resolving<'_>,
+    [ca_spec, cert_spec, key_spec]: [&'static Spec; 3],
+    plain: Option<String>,
+) -> Result<TlsFiles, ConfigError> {
+    let path = |p: &str| {
+        if p.trim().is_empty() {
+            Err("is empty; give a file path".to_string())
+        } else {
+            Ok(PathBuf::from(p))
+        }
+    };
+    let ca = x.r.scalar(ca_spec, path)?;
+    let cert = x.r.scalar(cert_spec, path)?;
+    let key = x.r.scalar(key_spec, path)?;
+    if let Some(first) = [&ca, &cert, &key].into_iter().flatten().next()
+        && let Some(plain) = plain
+    {
+        return Err(ConfigError(format!("{}: {plain}", first.origin)));
+    }
+    let shown = |spec: &Spec, v: &Value<PathBuf>| {
+        (
+            spec.key.expect("declared"),
+            format!("{:?}", v.value.display().to_string()),
+            v.origin.clone(),
+        )
+    };
+    let ca = match &ca {
+        Some(v) => {
+            let (k, text, o) = shown(ca_spec, v);
+            x.note(k, text, &o);
+            Some(x.read(&v.value, &v.origin)?.0.into_bytes())
+        }
+        None => None,
+    };
+    let client = match (&cert, &key) {
+        (Some(cert), Some(key)) => {
+            for (spec, v) in [(cert_spec, cert), (key_spec, key)] {
+                let (k, text, o) = shown(spec, v);
+                x.note(k, text, &o);
+            }
+            let (key_pem, mode) = x.read(&key.value, &key.origin)?;
+            x.warnings
+                .extend(loose_secret_file(&key.origin, &key.value, mode));
+            let cert_pem = x.read(&cert.value, &cert.origin)?.0.into_bytes();
+            Some((cert_pem, Secret::new(key_pem)))
+        }
+        (None, None) => None,
+        (Some(one), None) | (None, Some(one)) => {
+            return Err(ConfigError(format!(
+                "{}: a client certificate needs both {} and {} (or their env vars or TOML keys); give both or neither",
+                one.origin,
+                cert_spec.flag.expect("declared"),
+                key_spec.flag.expect("declared")
+            )));
+        }
+    };
+    Ok(TlsFiles { ca, client })
 }

@@ -6,8 +6,7 @@
 use super::urls::{RedisUrl, WaitReplicas, parse_redis_url, parse_wait_replicas};
 use crate::config::options::{BACKEND, Spec, spec};
 use crate::config::{
-    ConfigError, Declared, Origin, Resolving, Secret, TlsFiles, or_default, positive,
-    show_duration as show,
+    ConfigError, Declared, Origin, Resolving, Secret, or_default, positive, show_duration as show,
 };
 use std::time::Duration;
 
@@ -127,7 +126,7 @@ pub const DECLARED: Declared = Declared {
 };
 
 /// Redis's TLS files (for `rediss://`).
-pub type RedisTls = TlsFiles;
+pub type RedisTls = crate::lease::pem::TlsFiles;
 
 /// One Redis server, or its Sentinel or Cluster deployment.
 #[derive(Debug, Clone)]
@@ -283,7 +282,7 @@ fn tls(x: &mut Resolving<'_>, urls: &[RedisUrl]) -> Result<RedisTls, ConfigError
             u.redacted()
         )
     });
-    x.tls_files([&REDIS_TLS_CA, &REDIS_TLS_CERT, &REDIS_TLS_KEY], plain)
+    crate::lease::pem::files(x, [&REDIS_TLS_CA, &REDIS_TLS_CERT, &REDIS_TLS_KEY], plain)
 }
 
 /// `--redis-wait-replicas`: how many replicas must acknowledge each lease
