@@ -3,15 +3,17 @@
 //!
 //! The map, from the outside in:
 //! - [`cli`] (raw flags) → [`config`] (flags ⊕ env ⊕ TOML, validated once;
-//!   every option declared once in [`config::options`]) → [`app`] (the
-//!   `run`, `status` and `check` commands and their exit codes).
+//!   every option declared once: the common ones in [`config::options`],
+//!   each backend's in its own folder) → [`app`] (the `run`, `status` and
+//!   `check` commands and their exit codes).
 //! - [`machine`]: the pure state machine, `step(state, event, now)`, with the
 //!   lease rules of [`timing`]. No I/O.
 //! - [`runner`]: the one async loop that feeds the machine events and performs
-//!   its actions against [`lease`] (the [`lease::LeaseBackend`] trait and a
-//!   folder per backend: `redis/` with Sentinel, Cluster and `redlock/`,
-//!   `postgres/`, `etcd/`, `file/` the lock file) and [`work`] (the child
-//!   behind its guard, webhooks).
+//!   its actions against [`lease`] (the [`lease::LeaseBackend`] trait, and a
+//!   folder per backend owning its options, client, wake-ups and `check`:
+//!   `redis/` with Sentinel, Cluster and `redlock/`, `postgres/`, `etcd/`,
+//!   `file/` the lock file; [`lease::REGISTRY`] lists them) and [`work`]
+//!   (the child behind its guard, webhooks).
 //! - [`private`]: local paths no other user can plant or swap (the lock
 //!   file, the admin socket).
 //! - [`status`]: the snapshot the runner publishes; [`http`] serves it, with

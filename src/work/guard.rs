@@ -94,6 +94,18 @@ impl Switch {
     }
 }
 
+/// The signals leaderd sends to the child's group to stop or notify it; the
+/// guard ignores them from birth.
+pub(crate) const GUARD_IGNORES: [i32; 7] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGHUP,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGPIPE,
+];
+
 /// Runs the guard: waits on the lifeline until EOF or a missed deadline,
 /// then SIGKILLs its own process group, itself included. Ignores the signals
 /// leaderd sends to the group to stop or notify the child, so it outlives
@@ -101,7 +113,7 @@ impl Switch {
 pub fn main() -> ! {
     // Already ignored from birth (set before exec); repeated in case the
     // guard was started some other way.
-    for signal in super::process::GUARD_IGNORES {
+    for signal in GUARD_IGNORES {
         // SAFETY: setting a disposition to SIG_IGN before any other thread exists.
         unsafe {
             libc::signal(signal, libc::SIG_IGN);

@@ -80,18 +80,6 @@ pub struct Spec<'a> {
     pub env_remove: &'a [&'static str],
 }
 
-/// The signals leaderd sends to the child's group to stop or notify it; the
-/// guard ignores them from birth.
-pub(crate) const GUARD_IGNORES: [i32; 7] = [
-    libc::SIGTERM,
-    libc::SIGINT,
-    libc::SIGQUIT,
-    libc::SIGHUP,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGPIPE,
-];
-
 /// Starts a guard in a new process group of its own.
 pub fn spawn_guard() -> std::io::Result<Guard> {
     let (reader, writer) = std::io::pipe()?;
@@ -104,7 +92,7 @@ pub fn spawn_guard() -> std::io::Result<Guard> {
     // SAFETY: signal() is async-signal-safe; ignored dispositions survive exec.
     unsafe {
         guard.pre_exec(|| {
-            for signal in GUARD_IGNORES {
+            for signal in super::guard::GUARD_IGNORES {
                 libc::signal(signal, libc::SIG_IGN);
             }
             Ok(())

@@ -16,6 +16,7 @@ mod failover;
 mod faults;
 mod fixtures;
 mod http;
+mod layout;
 mod local_files;
 mod logs;
 mod observability;
