@@ -66,7 +66,7 @@ fn paths(code: &str) -> Vec<Vec<String>> {
     while i < bytes.len() {
         let starts = ["crate::", "super::", "self::"]
             .into_iter()
-            .find(|p| code[i..].starts_with(p) && (i == 0 || !ident(bytes[i - 1])));
+            .find(|p| bytes[i..].starts_with(p.as_bytes()) && (i == 0 || !ident(bytes[i - 1])));
         let Some(start) = starts else {
             i += 1;
             continue;
