@@ -181,14 +181,8 @@ fn build(
 
     let http = r.scalar(&options::HTTP, values::parse_http)?;
     let http = or_default(http, Some(([127, 0, 0, 1], 4040).into()), "");
-    note(
-        "http.listen",
-        format!(
-            "{:?}",
-            http.value.map_or("off".to_string(), |a| a.to_string())
-        ),
-        &http.origin,
-    );
+    let shown = http.value.map_or("off".to_string(), |a| a.to_string());
+    note("http.listen", format!("{shown:?}"), &http.origin);
 
     let child = child(r, s, &mut note)?;
     let webhook = webhook(r, &mut note)?;
@@ -196,11 +190,8 @@ fn build(
 
     let format = r.scalar(&options::LOG_FORMAT, values::parse_log_format)?;
     let format = or_default(format, LogFormat::Text, "");
-    note(
-        "log.format",
-        format!("{:?}", format!("{:?}", format.value).to_lowercase()),
-        &format.origin,
-    );
+    let shown = format!("{:?}", format.value).to_lowercase();
+    note("log.format", format!("{shown:?}"), &format.origin);
     let level = r.scalar(&options::LOG_LEVEL, values::parse_log_level)?;
     let level = or_default(level, "info".to_string(), "");
     note("log.level", format!("{:?}", level.value), &level.origin);
