@@ -33,6 +33,8 @@ pub struct Fleet {
     pub logs: Vec<PathBuf>,
     /// The lock every probe child tries at birth (`--exclusive`).
     exclusive: PathBuf,
+    /// The logs of candidates killed and started again: `(who, lines)`.
+    pub retired: Vec<(usize, Vec<String>)>,
     pub ports: Ports,
     /// Each candidate's own proxies to the store, and its flags.
     links: Links,
@@ -47,6 +49,7 @@ impl Fleet {
             nodes: (0..k).map(|_| None).collect(),
             logs,
             exclusive: exclusive.to_path_buf(),
+            retired: Vec::new(),
             ports: Ports::default(),
             links: Links::new(&args, k),
         };
@@ -212,6 +215,7 @@ fn end(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet, target:
                 n.signal("CONT");
                 n.signal("KILL");
                 n.wait_exit(Duration::from_secs(10));
+                fleet.retired.push((target, n.log()));
             }
             fleet.launch(target);
         }
@@ -252,6 +256,7 @@ pub fn soak(
     }
     events.sort_by_key(|e| (e.0, !e.2));
     let began = Instant::now();
+    let clocks = Clocks::now();
     let mut injected: BTreeMap<usize, (Injected, usize)> = BTreeMap::new();
     let mut skipped = Vec::new();
     for (at, i, is_begin) in events {
@@ -306,6 +311,8 @@ pub fn soak(
         .iter()
         .map(|n| n.as_ref().map_or_else(Vec::new, |n| n.log()))
         .collect();
+    let mut every_log = fleet.retired.clone();
+    every_log.extend(tails.iter().cloned().enumerate());
     let mut leftovers = fleet.stop();
     let (answers, samples, deaths) = recorder.finish();
     // What the scene started (servers, and what they started): all of it
@@ -342,6 +349,7 @@ pub fn soak(
     }
     if let Some(at) = checkers::first_dual(&history) {
         explain(name, &history, "the first two 200s at once", at);
+        around(name, &every_log, &clocks, at);
     }
     if !report.passed() {
         for (i, lines) in tails.iter().enumerate() {
@@ -380,6 +388,52 @@ fn explain(name: &str, history: &History, what: &str, at: u128) {
             near.join("; ")
         }
     );
+}
+
+/// CLOCK_MONOTONIC and the wall clock read together, to place a monotonic
+/// instant among the candidates' log lines (stamped in UTC).
+struct Clocks {
+    mono: u128,
+    /// Seconds since midnight UTC at `mono`.
+    day_secs: f64,
+}
+
+impl Clocks {
+    fn now() -> Clocks {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970");
+        Clocks {
+            mono: mono_ns(),
+            day_secs: wall.as_secs_f64() % 86_400.0,
+        }
+    }
+
+    /// Seconds since midnight UTC at the monotonic instant `at`.
+    fn day_secs(&self, at: u128) -> f64 {
+        self.day_secs + (at as f64 - self.mono as f64) / 1e9
+    }
+}
+
+/// A log line's time of day: `2026-11-26T00:36:57.787634Z ...` → seconds.
+fn line_secs(line: &str) -> Option<f64> {
+    let time = line.split_whitespace().next()?.split('T').nth(1)?;
+    let mut parts = time.trim_end_matches('Z').split(':');
+    let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(h.parse::<f64>().ok()? * 3600.0 + m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
+}
+
+/// Every candidate's log lines from 4 s before `at` to 2 s after: what
+/// each believed when two answered 200.
+fn around(name: &str, logs: &[(usize, Vec<String>)], clocks: &Clocks, at: u128) {
+    let t = clocks.day_secs(at);
+    for (who, lines) in logs {
+        for line in lines {
+            if line_secs(line).is_some_and(|s| s > t - 4.0 && s < t + 2.0) {
+                println!("nemesis: {name}: near it c{who} said: {line}");
+            }
+        }
+    }
 }
 
 fn print_report(
