@@ -10,7 +10,9 @@
 //!   default `--on-child-exit release`, every child is a new term).
 //! - C3: `/leader` never answers 200 on two candidates over one interval: a
 //!   candidate surely leads from the reception of the first 200 of a streak
-//!   to the sending of its last, and no two such intervals meet.
+//!   (200s with no other answer, and no question left unanswered, between
+//!   them: a candidate frozen in between may have lost and won again) to
+//!   the sending of its last, and no two such intervals meet.
 //! - C4: after the last fault heals, a leader within the bound.
 //! - C5: nothing left running at the end.
 //! - C6: while a fault the store tolerates is in force, alone, no stretch
@@ -386,5 +388,49 @@ pub fn judge(history: &History, end_of_run: u128, healed: u128, bound: Duration)
             c5(history),
             c6(history),
         ],
+    }
+}
+
+/// C3's streaks on made-up histories (run by `--sanity`): a question left
+/// unanswered (a frozen candidate) ends a streak, 200s on both sides of it
+/// do not make one interval, and two real streaks that meet are found.
+pub fn self_test() -> Result<(), String> {
+    let ms = |n: u128| n * 1_000_000;
+    let a = |who, at: u128, leader| Answer {
+        who,
+        sent: ms(at),
+        received: ms(at) + ms(2),
+        leader,
+    };
+    // Candidate 0 leads, is frozen (unanswered) while 1 leads, then leads again.
+    let frozen = [
+        a(0, 0, true),
+        a(0, 20, true),
+        a(0, 40, false),
+        a(0, 600, true),
+        a(0, 620, true),
+        a(1, 100, true),
+        a(1, 120, true),
+        a(1, 500, true),
+        a(1, 520, false),
+    ];
+    if !duals(&frozen).is_empty() {
+        return Err(format!(
+            "a streak ran through an unanswered question: {:?}",
+            duals(&frozen)
+        ));
+    }
+    let both = [
+        a(0, 0, true),
+        a(0, 20, true),
+        a(0, 40, true),
+        a(1, 10, true),
+        a(1, 30, true),
+    ];
+    match duals(&both).as_slice() {
+        [(0, 1, from, to)] if *from == ms(12) && *to == ms(30) => Ok(()),
+        other => Err(format!(
+            "two meeting streaks not found as one dual: {other:?}"
+        )),
     }
 }

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// One `/leader` answer: who, when it was asked and answered, and whether
-/// it said "leader" (200).
+/// One `/leader` question: who, when it was asked and answered (or given
+/// up on), and whether the answer was "leader" (200).
 #[derive(Debug, Clone)]
 pub struct Answer {
     pub who: usize,
@@ -92,14 +92,15 @@ impl Recorder {
                     let sent = mono_ns();
                     let got = leader_of(port);
                     let received = mono_ns();
-                    if let Some(leader) = got {
-                        answers.lock().unwrap().push(Answer {
-                            who,
-                            sent,
-                            received,
-                            leader,
-                        });
-                    }
+                    // No answer (frozen, restarting) is not a 200: it ends
+                    // a streak, since nothing says the candidate led
+                    // throughout it.
+                    answers.lock().unwrap().push(Answer {
+                        who,
+                        sent,
+                        received,
+                        leader: got == Some(true),
+                    });
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }));

@@ -212,6 +212,10 @@ pub fn run() -> i32 {
         println!("nemesis: sanity: the schedule broke a promise: {e}");
         return 3;
     }
+    if let Err(e) = checkers::self_test() {
+        println!("nemesis: sanity: C3's streaks are wrong: {e}");
+        return 3;
+    }
     if let Err(e) = crate::links::self_test() {
         println!("nemesis: sanity: the links' rewriting is wrong: {e}");
         return 3;
