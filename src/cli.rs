@@ -144,8 +144,8 @@ impl clap::FromArgMatches for ConfigArgs {
     fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
         let mut args = ConfigArgs::default();
         for spec in all_options().into_iter().filter(|s| s.flag.is_some()) {
-            if let Some(values) = matches.get_many::<String>(spec.id) {
-                args.set_all(spec, values.cloned().collect());
+            for value in matches.get_many::<String>(spec.id).into_iter().flatten() {
+                args.set(spec, value);
             }
         }
         Ok(args)

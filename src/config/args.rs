@@ -31,9 +31,4 @@ impl ConfigArgs {
             .or_default()
             .push(value.to_string());
     }
-
-    /// Sets every value of a flag at once, replacing what was there.
-    pub fn set_all(&mut self, spec: &'static Spec, values: Vec<String>) {
-        self.values.insert(spec.id, values);
-    }
 }

@@ -90,10 +90,6 @@ impl Resolving<'_> {
         self.effective.push((key, value, origin.to_string()));
     }
 
-    pub fn warn(&mut self, warning: String) {
-        self.warnings.push(warning);
-    }
-
     /// A positive duration option with its default, noted under its key.
     pub fn duration(
         &mut self,
@@ -197,7 +193,7 @@ impl Resolving<'_> {
         };
         if let Some(given) = layer(Layer::Flag)? {
             if given.value.iter().any(has_password) {
-                self.warn(format!(
+                self.warnings.push(format!(
                     "{}: the URL's password is visible to every user of this host in `ps`; give the URL in {} or in a file named by {file_env} (or {file_key})",
                     spec.flag.expect("declared"),
                     spec.env.expect("declared")

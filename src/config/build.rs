@@ -215,31 +215,37 @@ fn build(
 }
 
 /// The one backend whose options are given, resolved; none: the fallback.
+/// Another backend's options, given too, are ignored with a warning.
 fn choose(backends: &[&'static Declared], x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
     let chosen: Vec<(&Declared, Origin)> = backends
         .iter()
         .filter_map(|b| x.r.given(b.selectors).map(|origin| (*b, origin)))
         .collect();
-    match chosen.as_slice() {
-        [(one, _)] => (one.resolve)(x),
-        [] => {
-            let fallback = backends
-                .iter()
-                .find_map(|b| b.fallback)
-                .ok_or_else(|| ConfigError("no backend configured".into()))?;
-            fallback(x)
-        }
+    let (one, resolve) = match chosen.as_slice() {
+        [(one, _)] => (*one, one.resolve),
+        [] => backends
+            .iter()
+            .find_map(|b| b.fallback.map(|f| (*b, f)))
+            .ok_or_else(|| ConfigError("no backend configured".into()))?,
         many => {
-            let named: Vec<String> = many
+            let named: Vec<_> = many
                 .iter()
-                .map(|(b, origin)| format!("{} ({origin})", b.name))
+                .map(|(b, o)| format!("{} ({o})", b.name))
                 .collect();
-            Err(ConfigError(format!(
+            return Err(ConfigError(format!(
                 "more than one backend is configured: {}; choose one",
                 named.join(" and ")
-            )))
+            )));
+        }
+    };
+    for other in backends.iter().filter(|b| !std::ptr::eq(**b, one)) {
+        let (of, backend) = (other.name, one.name);
+        for origin in other.options.iter().filter_map(|o| x.r.given(&[o])) {
+            let warning = format!("{origin}: an option of {of}, but the backend is {backend}");
+            x.warnings.push(format!("{warning}; it is ignored"));
         }
     }
+    resolve(x)
 }
 
 /// `$POD_NAME` (set from the downward API in Kubernetes), else the host name.

@@ -224,6 +224,22 @@ fn each_timing_relation_is_enforced_and_named() {
 }
 
 #[test]
+fn another_backends_options_are_ignored_with_a_warning() {
+    let c = Case::new()
+        .env("LEADERD_REDIS_TIMEOUT", "4s")
+        .file("[etcd]\nprefix = \"x/\"\n")
+        .build()
+        .unwrap();
+    assert_eq!(
+        c.warnings,
+        [
+            "LEADERD_REDIS_TIMEOUT: an option of Redis, but the backend is a lock file; it is ignored",
+            "leaderd.toml line 2 (etcd.prefix): an option of etcd, but the backend is a lock file; it is ignored",
+        ]
+    );
+}
+
+#[test]
 fn backends_are_exclusive_and_kubernetes_needs_redis() {
     let err = Case::new()
         .args(|a| {

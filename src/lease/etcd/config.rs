@@ -188,7 +188,7 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
         password = password.or(u.password.clone());
     }
     if password.is_some() && matches!(origin, Origin::Flag(_)) {
-        x.warn(format!(
+        x.warnings.push(format!(
             "--etcd: the URL's password is visible to every user of this host in `ps`; give it in {} or a file named by --etcd-password-file",
             ETCD_PASSWORD.env.expect("declared")
         ));

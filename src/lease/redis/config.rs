@@ -194,7 +194,7 @@ fn resolve(x: &mut Resolving<'_>) -> Result<crate::config::Backend, ConfigError>
             )));
         }
         if n % 2 == 0 {
-            x.warn(format!(
+            x.warnings.push(format!(
                 "{origin}: {n} Redis masters: Redlock needs {} of them, so this survives as many failures as {} masters would; an odd number is cheaper",
                 n / 2 + 1,
                 n - 1
