@@ -326,10 +326,12 @@ pub fn c5(history: &History) -> Verdict {
     }
 }
 
-/// C6: during each tolerated fault that no other fault overlapped (nor
-/// preceded within its bound), the longest stretch without a leader.
-pub fn c6(history: &History) -> Verdict {
-    let mut worst: Option<(u128, Duration)> = None;
+/// During each tolerated fault that no other fault overlapped (nor
+/// preceded within its bound), the longest stretch without a leader: how
+/// many were judged, and the worst one over its bound as `(gap, bound,
+/// when the fault began)`.
+pub fn worst_tolerated(history: &History) -> (usize, Option<(u128, Duration, u128)>) {
+    let mut worst: Option<(u128, Duration, u128)> = None;
     let mut judged = 0;
     for (i, f) in history.faults.iter().enumerate() {
         let Some(bound) = f.tolerated else { continue };
@@ -344,10 +346,17 @@ pub fn c6(history: &History) -> Verdict {
         }
         judged += 1;
         let gap = longest_leaderless(&history.answers, f.start, f.end);
-        if gap > bound.as_nanos() && worst.is_none_or(|(w, _)| gap > w) {
-            worst = Some((gap, bound));
+        if gap > bound.as_nanos() && worst.is_none_or(|(w, _, _)| gap > w) {
+            worst = Some((gap, bound, f.start));
         }
     }
+    (judged, worst)
+}
+
+/// C6: during each tolerated fault that no other fault overlapped (nor
+/// preceded within its bound), the longest stretch without a leader.
+pub fn c6(history: &History) -> Verdict {
+    let (judged, worst) = worst_tolerated(history);
     Verdict {
         name: "C6 a leader through tolerated faults",
         ok: worst.is_none(),
@@ -355,7 +364,9 @@ pub fn c6(history: &History) -> Verdict {
             None => format!(
                 "{judged} tolerated fault(s) judged alone, each with a leader within its bound"
             ),
-            Some((gap, bound)) => format!("{:.0} ms without a leader (bound {bound:?})", ms(gap)),
+            Some((gap, bound, _)) => {
+                format!("{:.0} ms without a leader (bound {bound:?})", ms(gap))
+            }
         },
     }
 }

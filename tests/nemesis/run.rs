@@ -349,7 +349,12 @@ pub fn soak(
     }
     if let Some(at) = checkers::first_dual(&history) {
         explain(name, &history, "the first two 200s at once", at);
-        around(name, &every_log, &clocks, at);
+        around(name, &every_log, &clocks, at, (4.0, 2.0));
+    }
+    if let (_, Some((_, _, at))) = checkers::worst_tolerated(&history) {
+        let what = "the tolerated fault with the longest stretch without a leader";
+        explain(name, &history, what, at);
+        around(name, &every_log, &clocks, at, (2.0, 8.0));
     }
     if !report.passed() {
         for (i, lines) in tails.iter().enumerate() {
@@ -423,13 +428,19 @@ fn line_secs(line: &str) -> Option<f64> {
     Some(h.parse::<f64>().ok()? * 3600.0 + m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
 }
 
-/// Every candidate's log lines from 4 s before `at` to 2 s after: what
-/// each believed when two answered 200.
-fn around(name: &str, logs: &[(usize, Vec<String>)], clocks: &Clocks, at: u128) {
+/// Every candidate's log lines from `before` seconds before `at` to `after`
+/// seconds after: what each believed then.
+fn around(
+    name: &str,
+    logs: &[(usize, Vec<String>)],
+    clocks: &Clocks,
+    at: u128,
+    (before, after): (f64, f64),
+) {
     let t = clocks.day_secs(at);
     for (who, lines) in logs {
         for line in lines {
-            if line_secs(line).is_some_and(|s| s > t - 4.0 && s < t + 2.0) {
+            if line_secs(line).is_some_and(|s| s > t - before && s < t + after) {
                 println!("nemesis: {name}: near it c{who} said: {line}");
             }
         }
