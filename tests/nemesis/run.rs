@@ -272,6 +272,11 @@ pub fn soak(
                 if let Some((f, target)) = injected.get_mut(&i) {
                     end(p, scene.as_mut(), &key, &mut fleet, *target);
                     f.end = mono_ns();
+                    if p.kind == Kind::Overwrite {
+                        // A thief a failover or restart brings back after
+                        // its deletion lives until its TTL.
+                        f.end = f.end.max(f.start + support::backends::THIEF_TTL.as_nanos());
+                    }
                 }
                 None
             }

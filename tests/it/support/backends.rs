@@ -67,10 +67,18 @@ fn remaining_on(redis: &Redis, key: &str) -> Option<Duration> {
 }
 
 /// Another holder's lease written over ours on `redis`.
+/// How long a thief's lease lasts where the store lets it expire: longer
+/// than any overwrite the nemesis plans (2 TTLs), short enough that a thief
+/// a failover or a restart brings back after its deletion (a replica that
+/// missed the DEL, promoted) expires soon; the nemesis counts an overwrite
+/// as in force until then.
+pub const THIEF_TTL: Duration = Duration::from_secs(5);
+
 fn steal_on(redis: &Redis, key: &str) {
     let value = r#"{"id":"thief","fencing_token":1,"owner":"not-yours"}"#;
     let lease = format!("leaderd:{{{key}}}:lease");
-    redis.cmd(&["SET", &lease, value, "PX", "60000"]);
+    let ttl = THIEF_TTL.as_millis().to_string();
+    redis.cmd(&["SET", &lease, value, "PX", &ttl]);
 }
 
 pub struct RedisScene {
@@ -494,7 +502,8 @@ impl Scene for PgScene {
     }
     fn steal(&self, key: &str) {
         self.pg.sql(&format!(
-            "UPDATE leaderd_lease SET holder = 'thief', owner = 'not-yours', fence = 1, expires_at = clock_timestamp() + interval '60 seconds' WHERE key = '{key}'"
+            "UPDATE leaderd_lease SET holder = 'thief', owner = 'not-yours', fence = 1, expires_at = clock_timestamp() + interval '{} milliseconds' WHERE key = '{key}'",
+            THIEF_TTL.as_millis()
         ));
     }
     fn cut(&mut self) -> bool {
