@@ -35,7 +35,7 @@ pub use backend::{Backend, Declared, Resolve, Resolving, Settings, all_options};
 pub use error::ConfigError;
 pub use file::ConfigFile;
 pub use model::{AdminConfig, ChildConfig, Config, LogConfig, WebhookConfig};
-pub use resolve::{Layer, Origin, Resolver, Value, or_default, positive, show as show_duration};
+pub use resolve::{Origin, Resolver, Value, or_default, positive, show as show_duration};
 pub use sources::{Sources, loose_secret_file, read_secret_file};
 pub use values::{
     LogFormat, OnChildExit, Secret, Signal, parse_duration, parse_restart_limit, redact_url,
