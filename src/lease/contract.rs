@@ -280,6 +280,11 @@ pub trait LeaseBackend: Send {
         None
     }
 
+    /// Ends what the backend keeps open before leaderd exits, after any
+    /// release (a ZooKeeper session, whose place in the queue would
+    /// otherwise hold up the candidates behind it for a session timeout).
+    async fn close(&mut self) {}
+
     /// `leaderd check`, beyond `peek`: exercise what `run` will do (as the
     /// configured user, on a scratch lease) and return one line per thing
     /// checked.

@@ -31,6 +31,7 @@ pub mod postgres;
 pub mod redis;
 mod rewatch;
 pub(crate) mod vacancy;
+pub mod zookeeper;
 
 pub(crate) use contract::new_token;
 pub use contract::{
@@ -40,10 +41,11 @@ pub use contract::{
 use crate::config::{Config, Declared};
 
 /// Every backend, in the order `--help` lists their options.
-pub const REGISTRY: [&Registration; 4] = [
+pub const REGISTRY: [&Registration; 5] = [
     &redis::REGISTRATION,
     &postgres::REGISTRATION,
     &etcd::REGISTRATION,
+    &zookeeper::REGISTRATION,
     &file::REGISTRATION,
 ];
 

@@ -274,6 +274,7 @@ async fn lease_worker(
             break;
         }
     }
+    backend.close().await;
 }
 
 fn publish(status: &watch::Sender<Snapshot>, machine: &Machine, state: &State) {

@@ -14,14 +14,15 @@ use crate::support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use support::backends::{
-    ClusterScene, EtcdScene, LockFileScene, PgScene, RedisScene, RedlockScene, Scene, SentinelScene,
+    ClusterScene, EtcdScene, LockFileScene, PgScene, RedisScene, RedlockScene, Scene,
+    SentinelScene, ZkScene,
 };
 use support::{Leaderd, eventually, probe_child, probe_events, run_to_end};
 
 type StartScene = fn() -> Box<dyn Scene>;
 
 /// Every backend's scene, by the name `lease::names()` gives.
-const SCENES: [(&str, StartScene); 11] = [
+const SCENES: [(&str, StartScene); 13] = [
     ("lock-file", LockFileScene::start),
     ("redis", RedisScene::start),
     ("redis", RedisScene::start_tls),
@@ -33,6 +34,8 @@ const SCENES: [(&str, StartScene); 11] = [
     ("postgres-advisory", PgScene::advisory),
     ("etcd", EtcdScene::one),
     ("etcd", EtcdScene::three),
+    ("zookeeper", ZkScene::one),
+    ("zookeeper", ZkScene::three),
 ];
 
 const PATIENCE: Duration = Duration::from_secs(10);

@@ -621,3 +621,106 @@ impl Scene for EtcdScene {
         true
     }
 }
+
+/// ZooKeeper: one standalone server, or an ensemble of three.
+pub struct ZkScene {
+    zk: super::zookeeper::ZooKeeper,
+    frozen: Option<usize>,
+}
+
+impl ZkScene {
+    pub fn one() -> Box<dyn Scene> {
+        Box::new(ZkScene {
+            zk: super::zookeeper::ZooKeeper::start(1),
+            frozen: None,
+        })
+    }
+
+    pub fn three() -> Box<dyn Scene> {
+        Box::new(ZkScene {
+            zk: super::zookeeper::ZooKeeper::start(3),
+            frozen: None,
+        })
+    }
+
+    fn leader_node(key: &str) -> String {
+        format!("/leaderd/{key}/leader")
+    }
+}
+
+impl Scene for ZkScene {
+    fn name(&self) -> &'static str {
+        "zookeeper"
+    }
+    fn args(&self, key: &str) -> Vec<String> {
+        ["--zookeeper", &self.zk.connect(), "--key", key]
+            .map(String::from)
+            .to_vec()
+    }
+    /// The holder's session outlives it by the session timeout (the TTL)
+    /// counted from when the servers last heard from it: at most a renew
+    /// interval (a third of it) before the kill. For the suite's 2 s TTL.
+    fn remaining(&self, _key: &str) -> Option<Duration> {
+        Some(Duration::from_millis(1300))
+    }
+    /// ZooKeeper cannot forget what a quorum committed; the nearest is the
+    /// election gone.
+    fn lose_data(&mut self, key: &str) {
+        self.zk.delete_all(&format!("/leaderd/{key}"));
+    }
+    /// A lease node nobody's session owns, written over the holder's.
+    fn steal(&self, key: &str) {
+        self.zk.put(&Self::leader_node(key), r#"{"id":"thief"}"#);
+    }
+    fn cut(&mut self) -> bool {
+        for s in &self.zk.servers {
+            s.pause();
+        }
+        true
+    }
+    fn heal(&mut self) {
+        for s in &self.zk.servers {
+            s.resume();
+        }
+    }
+    fn delete(&self, key: &str) {
+        self.zk.delete(&Self::leader_node(key));
+    }
+    /// The ensemble's leader: the others elect a new one.
+    fn freeze_one(&mut self, _key: &str) -> Option<Duration> {
+        if self.zk.servers.len() < 3 {
+            return None;
+        }
+        let leader = self.zk.leader().unwrap_or(0);
+        self.zk.servers[leader].pause();
+        self.frozen = Some(leader);
+        Some(super::zookeeper::failover())
+    }
+    fn thaw_one(&mut self) {
+        if let Some(i) = self.frozen.take() {
+            self.zk.servers[i].resume();
+        }
+    }
+    /// Every server killed; they come back with their data directories.
+    fn crash(&mut self) -> bool {
+        for s in &mut self.zk.servers {
+            s.kill();
+        }
+        true
+    }
+    fn recover(&mut self) {
+        for s in &mut self.zk.servers {
+            s.restart();
+        }
+        self.zk.wait_serving();
+    }
+    #[allow(dead_code)] // the nemesis only
+    fn restart_one(&mut self, which: usize) -> bool {
+        let n = self.zk.servers.len();
+        if n < 3 {
+            return false;
+        }
+        self.zk.servers[which % n].restart();
+        true
+    }
+}

@@ -1,0 +1,494 @@
+//! ZooKeeper: the election recipe of ZooKeeper's own documentation, with a
+//! lease node. Under `PREFIX/KEY` (inside the connect string's chroot):
+//!
+//! - each candidate queues an ephemeral sequential node `c-NONCE-SEQ` (the
+//!   nonce is this candidate's, so after a lost connection it finds its own
+//!   node by name and never queues behind itself);
+//! - the first in the queue takes `leader`, an ephemeral node created only
+//!   if absent; the zxid of the write that began the term (its `mzxid`) is
+//!   the fencing token, a cluster-wide counter that never goes back;
+//! - each waiter watches only the node before it (no herd: a release wakes
+//!   one candidate); the first waits on `leader` itself when someone else
+//!   still holds it.
+//!
+//! Both nodes belong to the candidate's session, whose timeout is the TTL:
+//! a leader that dies or freezes loses both when the servers expire the
+//! session, which is no sooner than its own validity ended. A leader node
+//! deleted from outside does not free the election: its holder is still
+//! first in the queue, learns of the loss through its watch, stops its work,
+//! and only then leaves the queue. A queue node deleted from outside does
+//! not free it either: `leader` still stands. Release deletes both in one
+//! transaction, after the work stopped, so the next in the queue starts at
+//! once.
+
+mod check;
+pub mod config;
+mod session;
+mod watch;
+
+use crate::config::Backend;
+use crate::lease::contract::{
+    Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew, new_token,
+};
+use crate::timing::Timing;
+use config::ZkConfig;
+use session::{Failure, Session, ZK};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{CreateMode, Stat};
+
+/// ZooKeeper: a queue of ephemeral sequential nodes and a lease node.
+pub const REGISTRATION: Registration = Registration {
+    declared: &config::DECLARED,
+    names: &["zookeeper"],
+    open,
+};
+
+fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
+    let zk = backend.get::<ZkConfig>()?;
+    Some(Ok(Box::new(ZkLease::open(zk, common))))
+}
+
+/// The term we hold: the lease node's zxid and version when it began.
+#[derive(Debug, Clone, Copy)]
+struct Term {
+    zxid: i64,
+    version: i32,
+}
+
+pub struct ZkLease {
+    config: ZkConfig,
+    /// `PREFIX/KEY`, and the lease node in it.
+    base: String,
+    leader: String,
+    id: String,
+    timing: Timing,
+    /// Names this candidate's queue nodes: `c-NONCE-`.
+    mark: String,
+    session: Option<Session>,
+    /// Our queue node's name while this session has one.
+    queued: Option<String>,
+    term: Option<Term>,
+    /// The largest token seen or handed out: never again.
+    floor: u64,
+    /// What the watcher watches now (the node we wait on, or our own lease
+    /// node), with the session to watch it through.
+    aim: tokio::sync::watch::Sender<Option<watch::Aim>>,
+}
+
+impl ZkLease {
+    pub fn open(config: &ZkConfig, common: &Common) -> ZkLease {
+        let base = format!("{}/{}", config.prefix, common.key);
+        ZkLease {
+            config: config.clone(),
+            leader: format!("{base}/leader"),
+            base,
+            id: common.id.clone(),
+            timing: common.timing,
+            // Not secret: the session is what owns the nodes.
+            mark: format!("c-{}-", &new_token()[..16]),
+            session: None,
+            queued: None,
+            term: None,
+            floor: 0,
+            aim: tokio::sync::watch::Sender::new(None),
+        }
+    }
+
+    /// The live session, opened anew when there is none or it is over (then
+    /// everything the old one queued or held is gone).
+    async fn session(&mut self) -> Result<Session, Error> {
+        if let Some(s) = &self.session
+            && !s.is_over()
+        {
+            return Ok(s.clone());
+        }
+        self.forget_session();
+        let s = Session::open(&self.config, self.timing.ttl).await?;
+        self.session = Some(s.clone());
+        Ok(s)
+    }
+
+    fn forget_session(&mut self) {
+        self.session = None;
+        self.queued = None;
+        self.term = None;
+        self.aim.send_replace(None);
+    }
+
+    fn aim_at(&self, s: &Session, path: Option<String>) {
+        self.aim.send_replace(path.map(|path| watch::Aim {
+            client: s.client.clone(),
+            path,
+        }));
+    }
+
+    fn data(&self) -> Vec<u8> {
+        serde_json::json!({ "id": self.id })
+            .to_string()
+            .into_bytes()
+    }
+
+    /// Who a node's data and stat name.
+    fn holder(&mut self, data: &[u8], stat: &Stat) -> Holder {
+        let token = stat.mzxid as u64;
+        self.floor = self.floor.max(token);
+        Holder {
+            id: serde_json::from_slice::<serde_json::Value>(data)
+                .ok()
+                .and_then(|v| v["id"].as_str().map(str::to_string)),
+            fencing_token: Some(token),
+        }
+    }
+
+    fn won(&mut self, stat: &Stat, sent_at: Instant) -> Acquire {
+        // The zxid, unless the ensemble lost its data and counts again from
+        // below what we saw: then the next number above it.
+        let token = (stat.mzxid as u64).max(self.floor + 1);
+        self.floor = token;
+        self.term = Some(Term {
+            zxid: stat.mzxid,
+            version: stat.version,
+        });
+        Acquire::Won {
+            fencing_token: token,
+            sent_at,
+        }
+    }
+
+    /// A failure on the session: an expired one is dropped (the next
+    /// acquire opens another).
+    fn failed(&mut self, f: Failure) -> Error {
+        if matches!(f, Failure::Expired) {
+            self.forget_session();
+        }
+        f.into_error()
+    }
+
+    /// Our queue node: the one this session already has (found by our mark
+    /// after a lost answer too), or a new one. Leftovers of ours beyond the
+    /// first are deleted, so we never wait on ourselves.
+    async fn queue(&mut self, s: &Session) -> Result<Vec<String>, Failure> {
+        let children = match s.call(&self.base, s.client.list_children(&self.base)).await {
+            Err(Failure::NoNode) => {
+                s.parents(&self.base).await.map_err(Failure::Other)?;
+                Vec::new()
+            }
+            other => other?,
+        };
+        let mut queue = sorted(&children);
+        let mut ours: Vec<String> = queue
+            .iter()
+            .filter(|n| n.starts_with(&self.mark))
+            .cloned()
+            .collect();
+        if ours.is_empty() {
+            let path = format!("{}/{}", self.base, self.mark);
+            let options = s.options(CreateMode::EphemeralSequential);
+            let (_, seq) = s
+                .call(&path, s.client.create(&path, &self.data(), &options))
+                .await?;
+            let name = format!("{}{seq}", self.mark);
+            queue.push(name.clone());
+            queue = sorted(&queue);
+            ours.push(name);
+        }
+        for extra in ours.iter().skip(1) {
+            let path = format!("{}/{extra}", self.base);
+            match s.call(&path, s.client.delete(&path, None)).await {
+                Ok(()) | Err(Failure::NoNode) => queue.retain(|n| n != extra),
+                Err(f) => return Err(f),
+            }
+        }
+        self.queued = ours.into_iter().next();
+        Ok(queue)
+    }
+
+    async fn try_acquire(&mut self, s: &Session, sent_at: Instant) -> Result<Acquire, Failure> {
+        let leader = self.leader.clone();
+        // The lease node of ours (a won attempt whose answer was lost, or a
+        // term we stopped working on): taken again as a new term, by a
+        // write that gives it a new zxid.
+        let mut held = None;
+        match s.call(&leader, s.client.get_data(&leader)).await {
+            Ok((data, stat)) if stat.ephemeral_owner == s.id() => {
+                let write = s.client.set_data(&leader, &data, Some(stat.version));
+                match s.call(&leader, write).await {
+                    Ok(stat) => {
+                        self.aim_at(s, Some(leader));
+                        return Ok(self.won(&stat, sent_at));
+                    }
+                    Err(Failure::NoNode | Failure::BadVersion) => {}
+                    Err(f) => return Err(f),
+                }
+            }
+            Ok((_, stat)) if stat.ephemeral_owner == 0 => return Err(self.blocked()),
+            Ok((data, stat)) => held = Some(self.holder(&data, &stat)),
+            Err(Failure::NoNode) => {}
+            Err(f) => return Err(f),
+        }
+        let queue = self.queue(s).await?;
+        let mine = self.queued.clone().expect("queued");
+        let at = queue
+            .iter()
+            .position(|n| *n == mine)
+            .expect("ours is listed");
+        let nobody = Holder {
+            id: None,
+            fencing_token: None,
+        };
+        if at > 0 {
+            // Wait on the one before us only.
+            self.aim_at(s, Some(format!("{}/{}", self.base, queue[at - 1])));
+            return Ok(Acquire::Held {
+                holder: held.unwrap_or(nobody),
+                expires_in: Some(self.timing.ttl),
+            });
+        }
+        let options = s.options(CreateMode::Ephemeral);
+        let create = s.client.create(&leader, &self.data(), &options);
+        match s.call(&leader, create).await {
+            Ok((stat, _)) => {
+                self.aim_at(s, Some(leader));
+                Ok(self.won(&stat, sent_at))
+            }
+            Err(Failure::NodeExists) => {
+                // First in the queue, yet the lease stands: its holder left
+                // the queue (its node deleted from outside) and may still
+                // work. Wait for the lease node itself.
+                self.aim_at(s, Some(leader.clone()));
+                let holder = match s.call(&leader, s.client.get_data(&leader)).await {
+                    Ok((_, stat)) if stat.ephemeral_owner == 0 => return Err(self.blocked()),
+                    Ok((data, stat)) => self.holder(&data, &stat),
+                    Err(_) => nobody,
+                };
+                Ok(Acquire::Held {
+                    holder,
+                    expires_in: Some(self.timing.ttl),
+                })
+            }
+            Err(f) => Err(f),
+        }
+    }
+
+    /// A lease node that no session owns never expires: leaderd never
+    /// deletes it.
+    fn blocked(&self) -> Failure {
+        Failure::Other(Error::Blocked {
+            backend: ZK.into(),
+            key: self.leader.clone(),
+            what: "a persistent node (no session owns it), which never expires".into(),
+            fix: format!(
+                "If nothing of yours wrote it, delete it: zkCli.sh -server HOST:PORT delete {}",
+                self.leader
+            ),
+        })
+    }
+
+    /// Deletes our queue node (and with it our place).
+    async fn leave(&mut self, s: &Session) -> Result<(), Failure> {
+        if let Some(q) = self.queued.take() {
+            let path = format!("{}/{q}", self.base);
+            match s.call(&path, s.client.delete(&path, None)).await {
+                Ok(()) | Err(Failure::NoNode) => {}
+                Err(f) => {
+                    self.queued = Some(q);
+                    return Err(f);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Queue nodes (`c-…-SEQ`) in the order they lead: by sequence.
+fn sorted(children: &[String]) -> Vec<String> {
+    let seq = |n: &String| {
+        n.rsplit('-')
+            .next()
+            .and_then(|s| s.parse::<i64>().ok())
+            .unwrap_or(i64::MAX)
+    };
+    let mut queue: Vec<String> = children
+        .iter()
+        .filter(|n| n.starts_with("c-"))
+        .cloned()
+        .collect();
+    queue.sort_by_key(seq);
+    queue
+}
+
+#[async_trait::async_trait]
+impl LeaseBackend for ZkLease {
+    fn describe(&self) -> String {
+        format!(
+            "ZooKeeper {}, election {}",
+            self.config.connect.text(),
+            self.base
+        )
+    }
+
+    async fn acquire(&mut self) -> Result<Acquire, Error> {
+        let sent_at = Instant::now();
+        // Whatever we held before is over: an acquisition is a new term.
+        self.term = None;
+        let s = self.session().await?;
+        match self.try_acquire(&s, sent_at).await {
+            Ok(outcome) => Ok(outcome),
+            Err(f) => Err(self.failed(f)),
+        }
+    }
+
+    async fn renew(&mut self) -> Result<Renew, Error> {
+        let (Some(term), Some(s)) = (self.term, self.session.clone()) else {
+            return Ok(Renew::Lost { holder: None });
+        };
+        if s.is_over() {
+            self.forget_session();
+            return Ok(Renew::Lost { holder: None });
+        }
+        let sent_at = Instant::now();
+        let leader = self.leader.clone();
+        // A read after a sync sees every write committed before it: the
+        // lease node as the quorum has it now.
+        let read = async {
+            s.client.sync(&leader).await?;
+            s.client.get_data(&leader).await
+        };
+        match s.call(&leader, read).await {
+            Ok((_, stat)) if stat.ephemeral_owner == s.id() && stat.mzxid == term.zxid => {
+                Ok(Renew::Renewed { sent_at })
+            }
+            Ok((data, stat)) => {
+                self.term = None;
+                let holder = self.holder(&data, &stat);
+                Ok(Renew::Lost {
+                    holder: Some(holder),
+                })
+            }
+            Err(Failure::NoNode) => {
+                self.term = None;
+                Ok(Renew::Lost { holder: None })
+            }
+            Err(Failure::Expired) => {
+                self.forget_session();
+                Ok(Renew::Lost { holder: None })
+            }
+            Err(f) => Err(f.into_error()),
+        }
+    }
+
+    async fn release(&mut self) -> Result<bool, Error> {
+        let term = self.term.take();
+        let Some(s) = self.session.clone().filter(|s| !s.is_over()) else {
+            self.forget_session();
+            return Ok(false);
+        };
+        self.aim_at(&s, None);
+        let leader = self.leader.clone();
+        let released = match (term, self.queued.clone()) {
+            (Some(term), Some(q)) => {
+                // Our queue node still standing proves the lease node is
+                // ours: nobody else takes it while we are first in line.
+                let mut txn = s.client.new_multi_writer();
+                let queued = format!("{}/{q}", self.base);
+                let added = txn
+                    .add_delete(&leader, Some(term.version))
+                    .and_then(|()| txn.add_delete(&queued, None));
+                if added.is_err() {
+                    return Err(Error::Unexpected {
+                        backend: ZK.into(),
+                        detail: "a release transaction could not be built".into(),
+                    });
+                }
+                match s
+                    .call(&leader, async {
+                        txn.commit().await.map_err(zookeeper_client::Error::from)
+                    })
+                    .await
+                {
+                    Ok(_) => {
+                        self.queued = None;
+                        true
+                    }
+                    Err(Failure::NoNode | Failure::BadVersion) => false,
+                    Err(f) => {
+                        self.term = Some(term);
+                        return Err(self.failed(f));
+                    }
+                }
+            }
+            (Some(term), None) => {
+                // Out of the queue (deleted from outside) yet holding: the
+                // lease node, if it is still this session's.
+                match s.call(&leader, s.client.get_data(&leader)).await {
+                    Ok((_, stat)) if stat.ephemeral_owner == s.id() => {
+                        let delete = s.client.delete(&leader, Some(stat.version));
+                        match s.call(&leader, delete).await {
+                            Ok(()) => true,
+                            Err(Failure::NoNode | Failure::BadVersion) => false,
+                            Err(f) => {
+                                self.term = Some(term);
+                                return Err(self.failed(f));
+                            }
+                        }
+                    }
+                    Ok(_) | Err(Failure::NoNode) => false,
+                    Err(f) => {
+                        self.term = Some(term);
+                        return Err(self.failed(f));
+                    }
+                }
+            }
+            (None, _) => false,
+        };
+        // Leaving the queue too: a standby on its way out must not hold up
+        // the ones behind it for a session timeout.
+        if let Err(f) = self.leave(&s).await {
+            return Err(self.failed(f));
+        }
+        Ok(released)
+    }
+
+    async fn peek(&mut self) -> Result<Peek, Error> {
+        let s = self.session().await?;
+        let leader = self.leader.clone();
+        match s.call(&leader, s.client.get_data(&leader)).await {
+            Ok((data, stat)) => Ok(Peek {
+                holder: Some(self.holder(&data, &stat)),
+                expires_in: None,
+                contested: false,
+            }),
+            Err(Failure::NoNode) => Ok(Peek::default()),
+            Err(f) => Err(self.failed(f)),
+        }
+    }
+
+    fn watch_releases(
+        &self,
+        retry: Duration,
+        notices: mpsc::UnboundedSender<()>,
+        stop: CancellationToken,
+    ) -> Option<JoinHandle<()>> {
+        Some(watch::spawn(self.aim.subscribe(), retry, notices, stop))
+    }
+
+    async fn vet(&mut self) -> Result<(), Error> {
+        match self.session().await {
+            Err(e) if e.is_misconfiguration() => Err(e),
+            // Down or slow: retried, not refused.
+            _ => Ok(()),
+        }
+    }
+
+    async fn close(&mut self) {
+        let _ = self.release().await;
+    }
+
+    async fn self_check(&mut self) -> Result<Vec<String>, Error> {
+        self.report().await
+    }
+}

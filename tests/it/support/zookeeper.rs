@@ -1,0 +1,266 @@
+//! Real ZooKeeper servers (Debian's `zookeeper`, on Java) on free loopback
+//! ports: one standalone server, or an ensemble of three, each with its own
+//! data directory; killed, paused, restarted for real. The fixture's own
+//! requests go through the same client crate leaderd uses, on a runtime of
+//! their own.
+
+use super::{eventually, free_port};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The fixture's tickTime: sessions between 2 and 60 ticks' worth are
+/// granted, as set below, and a frozen leader is noticed in `SYNC_LIMIT` ticks.
+const TICK_MS: u64 = 250;
+const SYNC_LIMIT: u64 = 4;
+/// The longest session the servers grant (`maxSessionTimeout`).
+pub const MAX_SESSION: Duration = Duration::from_secs(60);
+
+pub struct Server {
+    pub client_port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+pub struct ZooKeeper {
+    pub servers: Vec<Server>,
+    /// Written into every zoo.cfg: the ensemble's members.
+    members: String,
+}
+
+impl ZooKeeper {
+    /// `n` servers forming one ensemble (`n` = 1: standalone).
+    pub fn start(n: usize) -> ZooKeeper {
+        let tag = super::os::below(1 << 30);
+        let ports: Vec<(u16, u16, u16)> = (0..n)
+            .map(|_| (free_port(), free_port(), free_port()))
+            .collect();
+        let members = if n == 1 {
+            String::new()
+        } else {
+            ports
+                .iter()
+                .enumerate()
+                .map(|(i, (_, quorum, election))| {
+                    format!("server.{}=127.0.0.1:{quorum}:{election}\n", i + 1)
+                })
+                .collect()
+        };
+        let mut zk = ZooKeeper {
+            servers: ports
+                .iter()
+                .enumerate()
+                .map(|(i, (client, _, _))| Server {
+                    client_port: *client,
+                    dir: std::env::temp_dir().join(format!("leaderd-test-zk-{tag}-{i}")),
+                    child: None,
+                })
+                .collect(),
+            members,
+        };
+        for i in 0..n {
+            let _ = std::fs::remove_dir_all(&zk.servers[i].dir);
+            zk.configure(i);
+            zk.servers[i].launch();
+        }
+        zk.wait_serving();
+        zk
+    }
+
+    fn configure(&self, i: usize) {
+        let s = &self.servers[i];
+        let data = s.dir.join("data");
+        std::fs::create_dir_all(&data).expect("a ZooKeeper data directory");
+        std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
+        let cfg = format!(
+            "tickTime={TICK_MS}\ninitLimit=20\nsyncLimit={SYNC_LIMIT}\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nminSessionTimeout={}\nmaxSessionTimeout={}\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok\nmaxClientCnxns=0\n{}",
+            super::path_str(&data),
+            s.client_port,
+            2 * TICK_MS,
+            MAX_SESSION.as_millis(),
+            self.members
+        );
+        std::fs::write(s.dir.join("zoo.cfg"), cfg).expect("zoo.cfg");
+    }
+
+    /// The connect string of every server, and `/chroot` when given.
+    pub fn connect(&self) -> String {
+        self.servers
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.client_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Every running server answers, and one of them leads (or stands alone).
+    pub fn wait_serving(&self) {
+        eventually(Duration::from_secs(60), "ZooKeeper to serve", || {
+            let modes: Vec<String> = self
+                .servers
+                .iter()
+                .filter(|s| s.child.is_some())
+                .filter_map(Server::mode)
+                .collect();
+            let running = self.servers.iter().filter(|s| s.child.is_some()).count();
+            (modes.len() == running && modes.iter().any(|m| m == "leader" || m == "standalone"))
+                .then_some(())
+        });
+    }
+
+    /// The index of the server that leads the ensemble now.
+    pub fn leader(&self) -> Option<usize> {
+        self.servers
+            .iter()
+            .position(|s| s.child.is_some() && s.mode().as_deref() == Some("leader"))
+    }
+
+    /// Runs `f` with a session on the ensemble (the fixture's own).
+    pub fn with<T>(&self, f: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {
+        let connect = self.connect();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async move {
+            let client = eventually_async(&connect).await;
+            f(&client).await
+        })
+    }
+
+    /// Deletes `path` and everything under it, if present.
+    pub fn delete_all(&self, path: &str) {
+        self.with(async |c| {
+            let mut stack = vec![path.to_string()];
+            let mut order = Vec::new();
+            while let Some(p) = stack.pop() {
+                if let Ok(children) = c.list_children(&p).await {
+                    stack.extend(children.into_iter().map(|ch| format!("{p}/{ch}")));
+                    order.push(p);
+                }
+            }
+            for p in order.iter().rev() {
+                let _ = c.delete(p, None).await;
+            }
+        });
+    }
+
+    /// Deletes one node, if present.
+    pub fn delete(&self, path: &str) {
+        self.with(async |c| {
+            let _ = c.delete(path, None).await;
+        });
+    }
+
+    /// Writes a persistent node at `path` (replacing what is there).
+    pub fn put(&self, path: &str, data: &str) {
+        self.with(async |c| {
+            let _ = c.delete(path, None).await;
+            let options = zookeeper_client::CreateMode::Persistent
+                .with_acls(zookeeper_client::Acls::anyone_all());
+            let _ = c.create(path, data.as_bytes(), &options).await;
+        });
+    }
+
+    /// The children of `path`, sorted by name.
+    #[allow(dead_code)] // the zookeeper tests only
+    pub fn children(&self, path: &str) -> Vec<String> {
+        self.with(async |c| {
+            let mut children = c.list_children(path).await.unwrap_or_default();
+            children.sort();
+            children
+        })
+    }
+}
+
+/// A fixture session, retried while the ensemble elects.
+async fn eventually_async(connect: &str) -> zookeeper_client::Client {
+    let start = std::time::Instant::now();
+    loop {
+        let attempt = zookeeper_client::Client::connector()
+            .with_session_timeout(Duration::from_secs(5))
+            .with_connection_timeout(Duration::from_secs(2))
+            .connect(connect);
+        if let Ok(Ok(client)) = tokio::time::timeout(Duration::from_secs(5), attempt).await {
+            return client;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no ZooKeeper session at {connect} in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+impl Server {
+    fn launch(&mut self) {
+        let cfg = self.dir.join("zoo.cfg");
+        let child = Command::new("java")
+            .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            .arg(format!(
+                "-Dzookeeper.log.dir={}",
+                super::path_str(&self.dir)
+            ))
+            .args(["-cp", "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"])
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("java and ZooKeeper are installed (scripts/test installs zookeeper)");
+        self.child = Some(child);
+    }
+
+    /// `srvr`'s Mode: leader, follower or standalone; `None` when not serving.
+    pub fn mode(&self) -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.client_port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        s.write_all(b"srvr").ok()?;
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).ok()?;
+        reply
+            .lines()
+            .find_map(|l| l.strip_prefix("Mode: "))
+            .map(|m| m.trim().to_string())
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            super::os::kill(child.id(), libc::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// kill -9 and start again on the same port and data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn pause(&self) {
+        super::os::kill(self.pid(), libc::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        super::os::kill(self.pid(), libc::SIGCONT);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// How long the fixture's ensemble takes to replace a frozen leader:
+/// followers give up on it after `SYNC_LIMIT` ticks, then elect.
+pub fn failover() -> Duration {
+    Duration::from_millis(TICK_MS * SYNC_LIMIT) + Duration::from_secs(2)
+}
