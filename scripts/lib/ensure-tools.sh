@@ -9,6 +9,8 @@
 #                 put in the path
 #   etcd, etcdctl (etcd-server, etcd-client)  the etcd members the fixtures
 #                 start, and the fixtures' own requests
+#   zookeeper.jar, java (zookeeper, default-jre-headless)  the ZooKeeper
+#                 servers the fixtures start (QuorumPeerMain, on Java)
 # The packages' own services are never used: the tests start their own
 # servers on free loopback ports.
 ensure_tools_missing=()
@@ -23,6 +25,12 @@ if { ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initd
 fi
 if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
   ensure_tools_missing+=(pgbouncer)
+fi
+if [ ! -f /usr/share/java/zookeeper.jar ]; then
+  ensure_tools_missing+=(zookeeper)
+fi
+if ! command -v java >/dev/null 2>&1; then
+  ensure_tools_missing+=(default-jre-headless)
 fi
 if [ ${#ensure_tools_missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
