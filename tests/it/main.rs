@@ -33,3 +33,4 @@ mod signals;
 mod tls;
 mod webhook;
 mod worker_example;
+mod zookeeper;

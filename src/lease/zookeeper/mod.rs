@@ -476,8 +476,19 @@ impl LeaseBackend for ZkLease {
         Some(watch::spawn(self.aim.subscribe(), retry, notices, stop))
     }
 
+    /// The session (its negotiated timeout), and whether this identity may
+    /// create and delete in the election: a node written and deleted.
     async fn vet(&mut self) -> Result<(), Error> {
-        match self.session().await {
+        let probe = async {
+            let s = self.session().await?;
+            s.parents(&self.base).await?;
+            let path = format!("{}/probe-{}", self.base, &new_token()[..16]);
+            let options = s.options(CreateMode::Ephemeral);
+            s.call(&path, s.client.create(&path, b"", &options)).await?;
+            s.call(&path, s.client.delete(&path, None)).await?;
+            Ok::<_, Error>(())
+        };
+        match probe.await {
             Err(e) if e.is_misconfiguration() => Err(e),
             // Down or slow: retried, not refused.
             _ => Ok(()),
