@@ -32,14 +32,15 @@ mod sanity;
 mod schedule;
 
 use support::backends::{
-    ClusterScene, EtcdScene, LockFileScene, PgScene, RedisScene, RedlockScene, Scene, SentinelScene,
+    ClusterScene, EtcdScene, LockFileScene, PgScene, RedisScene, RedlockScene, Scene,
+    SentinelScene, ZkScene,
 };
 
 type StartScene = fn() -> Box<dyn Scene>;
 
 /// Every backend the nemesis runs, by the name `--backend` takes, and the
 /// name `leaderd::lease::names()` registers it under.
-const BACKENDS: [(&str, &str, StartScene); 9] = [
+const BACKENDS: [(&str, &str, StartScene); 10] = [
     ("lock-file", "lock-file", LockFileScene::start),
     ("redis", "redis", RedisScene::start),
     ("redis-tls", "redis", RedisScene::start_tls),
@@ -49,6 +50,7 @@ const BACKENDS: [(&str, &str, StartScene); 9] = [
     ("postgres-table", "postgres-table", PgScene::table),
     ("postgres-advisory", "postgres-advisory", PgScene::advisory),
     ("etcd", "etcd", EtcdScene::three),
+    ("zookeeper", "zookeeper", ZkScene::three),
 ];
 
 struct Options {

@@ -357,3 +357,21 @@ fn bad_input_is_a_clear_exit_2() {
         }
     }
 }
+
+/// A lease node no session owns never expires: nobody leads, every
+/// candidate says why and how to clear it, and once it is gone one leads.
+#[test]
+fn a_persistent_lease_node_is_never_taken_over() {
+    let zk = ZooKeeper::start(1);
+    let key = support::key("zk-blocked");
+    let path = format!("/leaderd/{key}/leader");
+    zk.put("/leaderd", "");
+    zk.put(&format!("/leaderd/{key}"), "");
+    zk.put(&path, r#"{"id":"someone"}"#);
+    let node = candidate(&zk.connect(), &key, "a", None);
+    let said = node.wait_log(PATIENCE, "cannot be taken");
+    assert!(said.contains(&format!("delete {path}")), "{said}");
+    assert!(!node.is_leader());
+    zk.delete(&path);
+    node.wait_leading(PATIENCE);
+}

@@ -668,9 +668,11 @@ impl Scene for ZkScene {
     fn lose_data(&mut self, key: &str) {
         self.zk.delete_all(&format!("/leaderd/{key}"));
     }
-    /// A lease node nobody's session owns, written over the holder's.
+    /// Another session's lease node written over the holder's; that session
+    /// expires [`THIEF_TTL`] later.
     fn steal(&self, key: &str) {
-        self.zk.put(&Self::leader_node(key), r#"{"id":"thief"}"#);
+        self.zk
+            .put_ephemeral(&Self::leader_node(key), r#"{"id":"thief"}"#, THIEF_TTL);
     }
     fn cut(&mut self) -> bool {
         for s in &self.zk.servers {

@@ -163,6 +163,32 @@ impl ZooKeeper {
         });
     }
 
+    /// Replaces the node at `path` with an ephemeral one of a session of
+    /// its own that nobody keeps alive: another holder, gone by itself once
+    /// the servers expire that session (`ttl` after this returns).
+    pub fn put_ephemeral(&self, path: &str, data: &str, ttl: Duration) {
+        let connect = self.connect();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async move {
+            let c = zookeeper_client::Client::connector()
+                .with_session_timeout(ttl)
+                .with_connection_timeout(Duration::from_secs(2))
+                .connect(&connect)
+                .await
+                .expect("a thief's session");
+            let _ = c.delete(path, None).await;
+            let options = zookeeper_client::CreateMode::Ephemeral
+                .with_acls(zookeeper_client::Acls::anyone_all());
+            let _ = c.create(path, data.as_bytes(), &options).await;
+            // Dropped with the runtime, unclosed: the session lives on the
+            // servers until it expires.
+            std::mem::forget(c);
+        });
+    }
+
     /// The children of `path`, sorted by name.
     #[allow(dead_code)] // the zookeeper tests only
     pub fn children(&self, path: &str) -> Vec<String> {
