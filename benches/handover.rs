@@ -123,6 +123,8 @@ struct Bench {
     pg: Option<(support::postgres::Postgres, &'static str)>,
     /// etcd instead of Redis.
     etcd: Option<support::etcd::Etcd>,
+    /// ZooKeeper instead of Redis.
+    zk: Option<support::zookeeper::ZooKeeper>,
 }
 
 impl Bench {
@@ -134,7 +136,10 @@ impl Bench {
             .map(Redis::url)
             .collect();
         let pg_url = self.pg.as_ref().map(|(pg, query)| pg.url(query));
-        let etcd_args = self.etcd.as_ref().map(support::etcd::Etcd::args);
+        let mut etcd_args = self.etcd.as_ref().map(support::etcd::Etcd::args);
+        if let Some(zk) = &self.zk {
+            etcd_args = Some(vec!["--zookeeper".to_string(), zk.connect()]);
+        }
         let mut args: Vec<&str> = match (&pg_url, &etcd_args) {
             (Some(url), _) => vec!["--postgres", url, "--postgres-timeout", "200ms"],
             (None, Some(etcd)) => etcd.iter().map(String::as_str).collect(),
@@ -151,6 +156,12 @@ impl Bench {
     }
 
     fn holder(&self, key: &str) -> Option<String> {
+        if let Some(zk) = &self.zk {
+            let path = format!("/leaderd/{key}/leader");
+            let data = zk.with(async |c| c.get_data(&path).await.ok().map(|(d, _)| d))?;
+            let json: serde_json::Value = serde_json::from_slice(&data).ok()?;
+            return json["id"].as_str().map(str::to_string);
+        }
         if let Some(etcd) = &self.etcd {
             let value = etcd.ctl(&[
                 "get",
@@ -238,8 +249,9 @@ impl Bench {
                     asked = mono_ns();
                     left
                 }
-                // etcd's TTLs are whole seconds: counted from the kill.
-                None if self.etcd.is_some() => 0,
+                // etcd's TTLs are whole seconds, and a ZooKeeper session's
+                // time left is not told: counted from the kill.
+                None if self.etcd.is_some() || self.zk.is_some() => 0,
                 None => self.redis.pttl(&format!("leaderd:{{{key}}}:lease")).max(0) as u64,
             };
             nodes[leader].signal("KILL");
@@ -262,7 +274,12 @@ impl Bench {
         std::thread::sleep(Duration::from_secs(2)); // past start-up
         let cpu_before: Vec<u64> = nodes.iter().map(|n| cpu_ticks(n.pid())).collect();
         let servers: Vec<&Redis> = std::iter::once(&self.redis).chain(&self.more).collect();
-        let calls = if let Some(etcd) = &self.etcd {
+        let calls = if let Some(zk) = &self.zk {
+            let before = zk_requests(zk);
+            std::thread::sleep(window); // the measurement window itself
+            let n = zk_requests(zk) - before;
+            (n, n)
+        } else if let Some(etcd) = &self.etcd {
             let before = etcd_requests(etcd);
             std::thread::sleep(window); // the measurement window itself
             let n = etcd_requests(etcd) - before;
@@ -388,6 +405,22 @@ fn etcd_requests(etcd: &support::etcd::Etcd) -> f64 {
                 .lines()
                 .filter(|l| l.starts_with("grpc_server_started_total"))
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>()
+        })
+        .sum()
+}
+
+/// Packets ZooKeeper's servers received from clients (requests and the
+/// sessions' pings), summed over the servers (`mntr`).
+fn zk_requests(zk: &support::zookeeper::ZooKeeper) -> f64 {
+    zk.servers
+        .iter()
+        .filter_map(|s| s.command("mntr"))
+        .map(|reply| {
+            reply
+                .lines()
+                .filter_map(|l| l.strip_prefix("zk_packets_received"))
+                .filter_map(|v| v.trim().parse::<f64>().ok())
                 .sum::<f64>()
         })
         .sum()
@@ -597,6 +630,7 @@ fn main() {
         extra: Vec::new(),
         pg: None,
         etcd: None,
+        zk: None,
     };
     let (startup, stop) = child_alone(&exe, &dir, 20);
     println!(
@@ -640,6 +674,7 @@ fn main() {
             extra: vec!["--redis-tls-ca".into(), ca],
             pg: None,
             etcd: None,
+            zk: None,
         };
         let (s, overlap) = tls.handovers(3, 15);
         overlaps = overlaps.max(overlap);
@@ -667,6 +702,7 @@ fn main() {
             extra: Vec::new(),
             pg: None,
             etcd: None,
+            zk: None,
         };
         let (s, overlap) = redlock.handovers(3, 15);
         overlaps = overlaps.max(overlap);
@@ -699,6 +735,7 @@ fn main() {
             extra: Vec::new(),
             pg: Some((pg, query)),
             etcd: None,
+            zk: None,
         };
         let (s, overlap) = on_pg.handovers(3, 15);
         overlaps = overlaps.max(overlap);
@@ -727,6 +764,7 @@ fn main() {
         extra: Vec::new(),
         pg: None,
         etcd: Some(support::etcd::Etcd::start(3)),
+        zk: None,
     };
     let (s, overlap) = on_etcd.handovers(3, 15);
     overlaps = overlaps.max(overlap);
@@ -752,6 +790,31 @@ fn main() {
     show(
         "etcdctl lock --ttl 3, K = 3: SIGKILL → next child running",
         crashed,
+    );
+    // ZooKeeper, three servers.
+    let zk_dir = dir.join("zookeeper");
+    std::fs::create_dir_all(&zk_dir).expect("bench dir");
+    let mut on_zk = Bench {
+        redis: Redis::start(),
+        more: Vec::new(),
+        exe: exe.clone(),
+        dir: zk_dir,
+        next_id: 5000,
+        extra: Vec::new(),
+        pg: None,
+        etcd: None,
+        zk: Some(support::zookeeper::ZooKeeper::start(3)),
+    };
+    let (s, overlap) = on_zk.handovers(3, 15);
+    overlaps = overlaps.max(overlap);
+    row(
+        "ZooKeeper, 3 servers: graceful handover, K = 3 (SIGTERM → next child running)",
+        &s,
+    );
+    let crash = on_zk.crash_takeovers(5);
+    row(
+        "ZooKeeper, 3 servers: crash takeover, K = 3, ttl 3s (SIGKILL → next child running, the session timeout included)",
+        &crash,
     );
     let first = startup_to_first_acquire(&mut bench, 10);
     row("start-up to first acquire (spawn → child running)", &first);
@@ -790,6 +853,10 @@ fn main() {
     idle_row(
         "etcd, 3 members, K = 3 (requests/s, all candidates)",
         on_etcd.idle(3, Duration::from_secs(20)),
+    );
+    idle_row(
+        "ZooKeeper, 3 servers, K = 3 (packets/s received, pings included, all candidates)",
+        on_zk.idle(3, Duration::from_secs(20)),
     );
     println!("(CPU is read from /proc in clock ticks of 10 ms: over 20 s, one tick is 0.05 %.)");
     println!();

@@ -75,7 +75,7 @@ impl ZooKeeper {
         std::fs::create_dir_all(&data).expect("a ZooKeeper data directory");
         std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
         let cfg = format!(
-            "tickTime={TICK_MS}\ninitLimit=20\nsyncLimit={SYNC_LIMIT}\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nminSessionTimeout={}\nmaxSessionTimeout={}\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok\nmaxClientCnxns=0\n{}",
+            "tickTime={TICK_MS}\ninitLimit=20\nsyncLimit={SYNC_LIMIT}\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nminSessionTimeout={}\nmaxSessionTimeout={}\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok,mntr\nmaxClientCnxns=0\n{}",
             super::path_str(&data),
             s.client_port,
             2 * TICK_MS,
@@ -238,14 +238,19 @@ impl Server {
         self.child = Some(child);
     }
 
-    /// `srvr`'s Mode: leader, follower or standalone; `None` when not serving.
-    pub fn mode(&self) -> Option<String> {
+    /// A four-letter command's reply (`srvr`, `ruok`, `mntr`).
+    pub fn command(&self, word: &str) -> Option<String> {
         let mut s = TcpStream::connect(("127.0.0.1", self.client_port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-        s.write_all(b"srvr").ok()?;
+        s.write_all(word.as_bytes()).ok()?;
         let mut reply = String::new();
         s.read_to_string(&mut reply).ok()?;
-        reply
+        Some(reply)
+    }
+
+    /// `srvr`'s Mode: leader, follower or standalone; `None` when not serving.
+    pub fn mode(&self) -> Option<String> {
+        self.command("srvr")?
             .lines()
             .find_map(|l| l.strip_prefix("Mode: "))
             .map(|m| m.trim().to_string())
