@@ -247,6 +247,10 @@ struct StatusView<'a> {
     /// Redlock: no holder on a majority, and no majority free.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     contested: bool,
+    /// Every candidate in the order they would lead, where the backend
+    /// keeps them (ZooKeeper).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    candidates: Option<Vec<String>>,
 }
 
 /// `leaderd status`: exit 0 when held, 3 when vacant, 1 when unreachable.
@@ -254,6 +258,7 @@ pub async fn status(config: Config, json: bool) -> Result<ExitCode, Failure> {
     let mut backend = backend(&config)?;
     let peek = backend.peek().await.map_err(Failure::Backend)?;
     let holder = peek.holder.clone();
+    let candidates = backend.candidates().await.map_err(Failure::Backend)?;
     let view = StatusView {
         key: &config.key,
         backend: backend.describe(),
@@ -262,6 +267,7 @@ pub async fn status(config: Config, json: bool) -> Result<ExitCode, Failure> {
         fencing_token: holder.as_ref().and_then(|h| h.fencing_token),
         expires_in_ms: peek.expires_in.map(|d| d.as_millis() as u64),
         contested: peek.contested,
+        candidates,
     };
     if json {
         println!(
@@ -270,6 +276,12 @@ pub async fn status(config: Config, json: bool) -> Result<ExitCode, Failure> {
         );
     } else {
         println!("{}", describe_peek(&config.key, &peek));
+        if let Some(candidates) = &view.candidates {
+            println!(
+                "candidates, in the order they lead: {}",
+                candidates.join(", ")
+            );
+        }
     }
     Ok(if view.held {
         ExitCode::SUCCESS

@@ -280,6 +280,12 @@ pub trait LeaseBackend: Send {
         None
     }
 
+    /// The candidates in the order they would lead, the holder first, where
+    /// the store keeps them (ZooKeeper's queue); `None` where it does not.
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, Error> {
+        Ok(None)
+    }
+
     /// Ends what the backend keeps open before leaderd exits, after any
     /// release (a ZooKeeper session, whose place in the queue would
     /// otherwise hold up the candidates behind it for a session timeout).

@@ -252,6 +252,13 @@ fn a_release_wakes_exactly_one_waiter() {
         });
     }
     let (leader, _) = the_leader(&nodes, PATIENCE);
+    let (code, out, err) = run_to_end(&["status", "--zookeeper", &zk.connect(), "--key", &key]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("held by a"), "{out}");
+    assert!(
+        out.contains("candidates, in the order they lead: a, b, c, d"),
+        "{out}"
+    );
     let mut old = nodes.remove(leader);
     let acquires = |nodes: &[Leaderd]| -> Vec<u64> {
         nodes

@@ -132,14 +132,12 @@ impl ZkLease {
             .into_bytes()
     }
 
-    /// Who a node's data and stat name.
+    /// Who the lease node's data and stat name.
     fn holder(&mut self, data: &[u8], stat: &Stat) -> Holder {
         let token = stat.mzxid as u64;
         self.floor = self.floor.max(token);
         Holder {
-            id: serde_json::from_slice::<serde_json::Value>(data)
-                .ok()
-                .and_then(|v| v["id"].as_str().map(str::to_string)),
+            id: id_in(data),
             fencing_token: Some(token),
         }
     }
@@ -304,6 +302,13 @@ impl ZkLease {
     }
 }
 
+/// The candidate id in a node's data (`{"id": "…"}`).
+fn id_in(data: &[u8]) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(data)
+        .ok()
+        .and_then(|v| v["id"].as_str().map(str::to_string))
+}
+
 /// Queue nodes (`c-…-SEQ`) in the order they lead: by sequence.
 fn sorted(children: &[String]) -> Vec<String> {
     let seq = |n: &String| {
@@ -465,6 +470,26 @@ impl LeaseBackend for ZkLease {
             Err(Failure::NoNode) => Ok(Peek::default()),
             Err(f) => Err(self.failed(f)),
         }
+    }
+
+    /// The queue's ids, in order: every queue node's data.
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, Error> {
+        let s = self.session().await?;
+        let children = match s.call(&self.base, s.client.list_children(&self.base)).await {
+            Ok(children) => children,
+            Err(Failure::NoNode) => Vec::new(),
+            Err(f) => return Err(self.failed(f)),
+        };
+        let mut ids = Vec::new();
+        for name in sorted(&children) {
+            let path = format!("{}/{name}", self.base);
+            match s.call(&path, s.client.get_data(&path)).await {
+                Ok((data, _)) => ids.push(id_in(&data).unwrap_or(name)),
+                Err(Failure::NoNode) => {}
+                Err(f) => return Err(self.failed(f)),
+            }
+        }
+        Ok(Some(ids))
     }
 
     fn watch_releases(
