@@ -345,6 +345,9 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
         .replace("connect = \"zk1:2181,zk2:2181,zk3:2181/app\"", "")
         .replace("user = \"leaderd\"", "")
         .replace("password_file = \"/run/secrets/leaderd-zookeeper-password\"", "")
+        .replace("tls_ca_file = \"/etc/leaderd/zookeeper-ca.pem\"", "")
+        .replace("tls_cert_file = \"/etc/leaderd/zookeeper-client.pem\"", "")
+        .replace("tls_key_file = \"/etc/leaderd/zookeeper-client.key\"", "")
         .replace(
             "sentinel_password_file = \"/run/secrets/leaderd-sentinel-password\"",
             "",

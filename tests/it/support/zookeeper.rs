@@ -20,6 +20,8 @@ pub const MAX_SESSION: Duration = Duration::from_secs(60);
 
 pub struct Server {
     pub client_port: u16,
+    /// The TLS port (`secureClientPort`), beside the plain one.
+    pub secure_port: Option<u16>,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -28,6 +30,17 @@ pub struct ZooKeeper {
     pub servers: Vec<Server>,
     /// Written into every zoo.cfg: the ensemble's members.
     members: String,
+    /// Written into every zoo.cfg: TLS on the secure port.
+    tls: String,
+}
+
+/// A server's TLS: its certificate and key, the CA it trusts for clients,
+/// and whether clients must present a certificate.
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+    pub clients_need_certs: bool,
 }
 
 impl ZooKeeper {
@@ -54,19 +67,74 @@ impl ZooKeeper {
                 .enumerate()
                 .map(|(i, (client, _, _))| Server {
                     client_port: *client,
+                    secure_port: None,
                     dir: std::env::temp_dir().join(format!("leaderd-test-zk-{tag}-{i}")),
                     child: None,
                 })
                 .collect(),
             members,
+            tls: String::new(),
         };
-        for i in 0..n {
-            let _ = std::fs::remove_dir_all(&zk.servers[i].dir);
-            zk.configure(i);
-            zk.servers[i].launch();
+        for s in &zk.servers {
+            let _ = std::fs::remove_dir_all(&s.dir);
         }
-        zk.wait_serving();
+        zk.launch_all();
         zk
+    }
+
+    /// One server with a TLS port beside its plain one (which the fixture
+    /// itself uses).
+    #[allow(dead_code)] // the zookeeper tests only
+    pub fn start_tls(tls: &Tls) -> ZooKeeper {
+        let secure = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("leaderd-test-zk-tls-{}", super::os::below(1 << 30)));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a ZooKeeper directory");
+        // ZooKeeper's PEM key store: the key, then the certificate.
+        let store = dir.join("server-store.pem");
+        let pem = |p: &PathBuf| std::fs::read_to_string(p).expect("a PEM file");
+        std::fs::write(&store, pem(&tls.key) + &pem(&tls.cert)).expect("the key store");
+        let mut zk = ZooKeeper {
+            servers: vec![Server {
+                client_port: free_port(),
+                secure_port: Some(secure),
+                dir,
+                child: None,
+            }],
+            members: String::new(),
+            tls: format!(
+                "secureClientPort={secure}\nsecureClientPortAddress=127.0.0.1\nserverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\nssl.keyStore.location={}\nssl.keyStore.type=PEM\nssl.trustStore.location={}\nssl.trustStore.type=PEM\nssl.clientAuth={}\n",
+                super::path_str(&store),
+                super::path_str(&tls.ca),
+                if tls.clients_need_certs {
+                    "need"
+                } else {
+                    "none"
+                }
+            ),
+        };
+        zk.launch_all();
+        zk
+    }
+
+    /// The TLS connect string.
+    #[allow(dead_code)] // the zookeeper tests only
+    pub fn secure_connect(&self) -> String {
+        self.servers
+            .iter()
+            .filter_map(|s| s.secure_port)
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn launch_all(&mut self) {
+        for i in 0..self.servers.len() {
+            self.configure(i);
+            self.servers[i].launch();
+        }
+        self.wait_serving();
     }
 
     fn configure(&self, i: usize) {
@@ -75,12 +143,13 @@ impl ZooKeeper {
         std::fs::create_dir_all(&data).expect("a ZooKeeper data directory");
         std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
         let cfg = format!(
-            "tickTime={TICK_MS}\ninitLimit=20\nsyncLimit={SYNC_LIMIT}\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nminSessionTimeout={}\nmaxSessionTimeout={}\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok,mntr\nmaxClientCnxns=0\n{}",
+            "tickTime={TICK_MS}\ninitLimit=20\nsyncLimit={SYNC_LIMIT}\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nminSessionTimeout={}\nmaxSessionTimeout={}\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok,mntr\nmaxClientCnxns=0\n{}{}",
             super::path_str(&data),
             s.client_port,
             2 * TICK_MS,
             MAX_SESSION.as_millis(),
-            self.members
+            self.members,
+            self.tls
         );
         std::fs::write(s.dir.join("zoo.cfg"), cfg).expect("zoo.cfg");
     }
@@ -228,7 +297,12 @@ impl Server {
                 "-Dzookeeper.log.dir={}",
                 super::path_str(&self.dir)
             ))
-            .args(["-cp", "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"])
+            // Netty's codec, which the TLS port needs, is missing from the
+            // jar's own class path in Debian's package.
+            .args([
+                "-cp",
+                "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/netty-codec.jar",
+            ])
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
             .arg(&cfg)
             .stdout(Stdio::null())
