@@ -243,6 +243,13 @@ fn connect_error(e: zookeeper_client::Error, config: &ZkConfig) -> Error {
                 config.connect.chroot.as_deref().unwrap_or("/")
             ),
         },
+        Z::NoHosts => Error::Connection {
+            backend: ZK.into(),
+            detail: format!(
+                "no server of {} opened a session (connection refused, unreachable, or no quorum); check the hosts and ports of --zookeeper and that the ensemble is up (`echo srvr | nc HOST PORT`)",
+                config.connect.text()
+            ),
+        },
         other => Error::Connection {
             backend: ZK.into(),
             detail: format!("{other} (at {})", config.connect.text()),
