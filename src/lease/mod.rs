@@ -5,8 +5,10 @@
 //! Each backend is one module: [`file`](mod@file) (the embedded lock file),
 //! [`redis`] (one Redis server, or its Sentinel or Cluster deployment),
 //! [`redis::redlock`] (a majority of several independent Redis masters),
-//! [`postgres`] (a lease table, optionally with a session advisory lock) and
-//! [`etcd`] (a key bound to an etcd lease, its revision the fencing token). A backend owns its connections, its
+//! [`postgres`] (a lease table, optionally with a session advisory lock),
+//! [`etcd`] (a key bound to an etcd lease, its revision the fencing token)
+//! and [`zookeeper`] (a queue of ephemeral sequential nodes and a lease
+//! node, a zxid the fencing token). A backend owns its connections, its
 //! wake-ups, its errors and their hints, and its part of `leaderd check`.
 //! [`open`] is the one place that opens a backend from the configuration;
 //! the runner, `app` and the HTTP layer only see the trait.
