@@ -197,7 +197,7 @@ pub const ZOOKEEPER_TIMEOUT: Spec = spec(
 )
 .value("DUR")
 .under(BACKEND)
-.help("Timeout of every ZooKeeper request (connecting: twice this)")
+.help("Timeout of every ZooKeeper request (opening a session: 4/5 of the TTL more)")
 .default("500ms");
 
 pub const ZOOKEEPER_TLS_CA: Spec = spec(

@@ -36,9 +36,14 @@ impl Session {
     /// lease on while the leader still works, a longer one holds a dead
     /// leader's election longer than the TTL promised.
     pub(super) async fn open(config: &ZkConfig, ttl: Duration) -> Result<Session, Error> {
+        // The client pings an idle connection every 3/8 of this, and gives
+        // a silent one up (for the next server) after it: 2/5 of the TTL
+        // pings every 0.15 TTL and moves on in time for the leader to renew
+        // through another server before its renew deadline (2/3 TTL). A
+        // request timeout here would ping several times a second.
         let mut connector = Client::connector()
             .with_session_timeout(ttl)
-            .with_connection_timeout(config.timeout)
+            .with_connection_timeout(ttl * 2 / 5)
             .with_fail_eagerly();
         if let Some((user, password)) = &config.user {
             let auth = format!("{user}:{}", password.expose());
@@ -55,7 +60,8 @@ impl Session {
                 connector.connect(&text).await
             }
         };
-        let limit = config.timeout * 2 + ttl / 2;
+        // Time for two servers' connection timeouts.
+        let limit = ttl * 4 / 5 + config.timeout;
         let client = match tokio::time::timeout(limit, connecting).await {
             Ok(Ok(client)) => client,
             Ok(Err(zookeeper_client::Error::AuthFailed)) => {
