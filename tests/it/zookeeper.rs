@@ -453,3 +453,48 @@ fn tls_verifies_the_server_and_presents_a_client_certificate() {
     );
     node.wait_leading(PATIENCE);
 }
+
+/// Found by the nemesis (seed 9010): a leader whose queue node was gone
+/// kept leading, so a later deletion of its lease node let the next in
+/// line start beside it. Now a leader out of line stops its work at once,
+/// and its lease node goes only after.
+#[test]
+fn a_leader_whose_queue_node_is_deleted_stops_before_anyone_else_starts() {
+    let zk = ZooKeeper::start(1);
+    let r = Rig::new("zk-unqueued", 2);
+    // a's way to the server, slowed before the lease node is deleted: a
+    // leader that had not stopped by then learns of it late.
+    let proxy = support::proxy::Proxy::start(zk.servers[0].client_port);
+    let a = r.start(0, &format!("127.0.0.1:{}", proxy.port));
+    a.wait_leading(PATIENCE);
+    eventually(PATIENCE, "a's child", || r.child_running(0).then_some(()));
+    let b = r.start(1, &zk.connect());
+    let election = format!("/leaderd/{}", r.key);
+    eventually(PATIENCE, "b to queue", || {
+        (zk.children(&election).len() == 3).then_some(())
+    });
+    // The first queue node is a's.
+    let mut queue: Vec<String> = zk
+        .children(&election)
+        .into_iter()
+        .filter(|n| n.starts_with("c-"))
+        .collect();
+    queue.sort_by_key(|n| n.rsplit('-').next().and_then(|s| s.parse::<u64>().ok()));
+    zk.delete(&format!("{election}/{}", queue[0]));
+    let deleted = Instant::now();
+    // Given the time to notice, then the lease node deleted too.
+    let _ = std::panic::catch_unwind(|| {
+        eventually(Duration::from_secs(2), "a's child to stop", || {
+            (!r.child_running(0)).then_some(())
+        })
+    });
+    proxy.slow(Duration::from_millis(400));
+    zk.delete(&format!("{election}/leader"));
+    b.wait_leading(PATIENCE);
+    proxy.slow(Duration::ZERO);
+    eprintln!("b led {:?} after a's queue node went", deleted.elapsed());
+    eventually(PATIENCE, "a to queue again", || {
+        (zk.children(&election).len() == 3).then_some(())
+    });
+    r.assert_one_child_at_a_time(&[&a, &b]);
+}

@@ -356,6 +356,14 @@ pub fn soak(
         explain(name, &history, "the first two 200s at once", at);
         around(name, &every_log, &clocks, at, (4.0, 2.0));
     }
+    // NEMESIS_WINDOW=SECONDS widens what the candidates' logs show around
+    // the worst overlap (replaying a finding whose cause began earlier).
+    if let ((_, Some(at)), Ok(window)) = (
+        checkers::worst_overlap(&history, end_of_run),
+        std::env::var("NEMESIS_WINDOW").map(|w| w.parse::<f64>().unwrap_or(60.0)),
+    ) {
+        around(name, &every_log, &clocks, at, (window, 2.0));
+    }
     if let (_, Some((_, _, at))) = checkers::worst_tolerated(&history) {
         let what = "the tolerated fault with the longest stretch without a leader";
         explain(name, &history, what, at);

@@ -52,11 +52,10 @@ fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBacken
     Some(Ok(Box::new(ZkLease::open(zk, common))))
 }
 
-/// The term we hold: the lease node's zxid and version when it began.
+/// The term we hold: the lease node's zxid when it began.
 #[derive(Debug, Clone, Copy)]
 struct Term {
     zxid: i64,
-    version: i32,
 }
 
 pub struct ZkLease {
@@ -122,7 +121,18 @@ impl ZkLease {
     fn aim_at(&self, s: &Session, path: Option<String>) {
         self.aim.send_replace(path.map(|path| watch::Aim {
             client: s.client.clone(),
-            path,
+            paths: vec![path],
+        }));
+    }
+
+    /// A leader watches its lease node and its queue node: either deleted
+    /// from outside, it stops its work at once.
+    fn aim_as_leader(&self, s: &Session) {
+        let mut paths = vec![self.leader.clone()];
+        paths.extend(self.queued.as_ref().map(|q| format!("{}/{q}", self.base)));
+        self.aim.send_replace(Some(watch::Aim {
+            client: s.client.clone(),
+            paths,
         }));
     }
 
@@ -147,10 +157,7 @@ impl ZkLease {
         // below what we saw: then the next number above it.
         let token = (stat.mzxid as u64).max(self.floor + 1);
         self.floor = token;
-        self.term = Some(Term {
-            zxid: stat.mzxid,
-            version: stat.version,
-        });
+        self.term = Some(Term { zxid: stat.mzxid });
         Acquire::Won {
             fencing_token: token,
             sent_at,
@@ -207,20 +214,38 @@ impl ZkLease {
 
     async fn try_acquire(&mut self, s: &Session, sent_at: Instant) -> Result<Acquire, Failure> {
         let leader = self.leader.clone();
-        // The lease node of ours (a won attempt whose answer was lost, or a
-        // term we stopped working on): taken again as a new term, by a
-        // write that gives it a new zxid.
+        // Our place first: the rest depends on whether we are first in line.
+        let queue = self.queue(s).await?;
+        let mine = self.queued.clone().expect("queued");
+        let at = queue
+            .iter()
+            .position(|n| *n == mine)
+            .expect("ours is listed");
         let mut held = None;
         match s.call(&leader, s.client.get_data(&leader)).await {
+            // A lease node of ours (a won attempt whose answer was lost, or
+            // a term whose work stopped). First in line, it is taken again
+            // as a new term, by a write that gives it a new zxid. Not first
+            // (our queue node went and came back behind others), it must
+            // go: the one first in line would take the lease the moment it
+            // vanished, and a term of ours on it would be working beside.
             Ok((data, stat)) if stat.ephemeral_owner == s.id() => {
-                let write = s.client.set_data(&leader, &data, Some(stat.version));
-                match s.call(&leader, write).await {
-                    Ok(stat) => {
-                        self.aim_at(s, Some(leader));
-                        return Ok(self.won(&stat, sent_at));
+                if at == 0 {
+                    let write = s.client.set_data(&leader, &data, Some(stat.version));
+                    match s.call(&leader, write).await {
+                        Ok(stat) => {
+                            self.aim_as_leader(s);
+                            return Ok(self.won(&stat, sent_at));
+                        }
+                        Err(Failure::NoNode | Failure::BadVersion) => {}
+                        Err(f) => return Err(f),
                     }
-                    Err(Failure::NoNode | Failure::BadVersion) => {}
-                    Err(f) => return Err(f),
+                } else {
+                    let delete = s.client.delete(&leader, Some(stat.version));
+                    match s.call(&leader, delete).await {
+                        Ok(()) | Err(Failure::NoNode | Failure::BadVersion) => {}
+                        Err(f) => return Err(f),
+                    }
                 }
             }
             Ok((_, stat)) if stat.ephemeral_owner == 0 => return Err(self.blocked()),
@@ -228,12 +253,6 @@ impl ZkLease {
             Err(Failure::NoNode) => {}
             Err(f) => return Err(f),
         }
-        let queue = self.queue(s).await?;
-        let mine = self.queued.clone().expect("queued");
-        let at = queue
-            .iter()
-            .position(|n| *n == mine)
-            .expect("ours is listed");
         let nobody = Holder {
             id: None,
             fencing_token: None,
@@ -250,7 +269,7 @@ impl ZkLease {
         let create = s.client.create(&leader, &self.data(), &options);
         match s.call(&leader, create).await {
             Ok((stat, _)) => {
-                self.aim_at(s, Some(leader));
+                self.aim_as_leader(s);
                 Ok(self.won(&stat, sent_at))
             }
             Err(Failure::NodeExists) => {
@@ -284,6 +303,75 @@ impl ZkLease {
                 self.leader
             ),
         })
+    }
+
+    /// Deletes every lease node of this session's, whichever term it
+    /// began (a won attempt whose answer was lost included), and our queue
+    /// node: a release leaves nothing of ours standing. `true`: a lease
+    /// node of ours was deleted.
+    async fn let_go(&mut self, s: &Session) -> Result<bool, Failure> {
+        let leader = self.leader.clone();
+        let mut released = false;
+        // Twice at most: a write from outside between the read and the
+        // delete changes the version.
+        for _ in 0..2 {
+            let version = match s.call(&leader, s.client.get_data(&leader)).await {
+                Ok((_, stat)) if stat.ephemeral_owner == s.id() => stat.version,
+                Ok(_) | Err(Failure::NoNode) => break,
+                Err(f) => return Err(f),
+            };
+            let deleted = match self.queued.clone() {
+                // In one transaction with our queue node: the next in line
+                // is woken by a lease that is free.
+                Some(q) => {
+                    let mut txn = s.client.new_multi_writer();
+                    let queued = format!("{}/{q}", self.base);
+                    if txn
+                        .add_delete(&leader, Some(version))
+                        .and_then(|()| txn.add_delete(&queued, None))
+                        .is_err()
+                    {
+                        return Err(Failure::Other(Error::Unexpected {
+                            backend: ZK.into(),
+                            detail: "a release transaction could not be built".into(),
+                        }));
+                    }
+                    let commit =
+                        async { txn.commit().await.map_err(zookeeper_client::Error::from) };
+                    match s.call(&leader, commit).await {
+                        Ok(_) => {
+                            self.queued = None;
+                            Ok(())
+                        }
+                        // Our queue node deleted from outside: the lease
+                        // node alone.
+                        Err(Failure::NoNode) => {
+                            self.queued = None;
+                            s.call(&leader, s.client.delete(&leader, Some(version)))
+                                .await
+                        }
+                        Err(f) => Err(f),
+                    }
+                }
+                None => {
+                    s.call(&leader, s.client.delete(&leader, Some(version)))
+                        .await
+                }
+            };
+            match deleted {
+                Ok(()) => {
+                    released = true;
+                    break;
+                }
+                Err(Failure::NoNode) => break,
+                Err(Failure::BadVersion) => continue,
+                Err(f) => return Err(f),
+            }
+        }
+        // Leaving the queue too: a standby on its way out must not hold up
+        // the ones behind it for a session timeout.
+        self.leave(s).await?;
+        Ok(released)
     }
 
     /// Deletes our queue node (and with it our place).
@@ -357,17 +445,30 @@ impl LeaseBackend for ZkLease {
         }
         let sent_at = Instant::now();
         let leader = self.leader.clone();
+        let queued = self.queued.as_ref().map(|q| format!("{}/{q}", self.base));
         // A read after a sync sees every write committed before it: the
-        // lease node as the quorum has it now.
+        // lease node, and our place first in line, as the quorum has them.
         let read = async {
             s.client.sync(&leader).await?;
-            s.client.get_data(&leader).await
+            let lease = s.client.get_data(&leader);
+            let place = queued.as_deref().map(|q| s.client.check_stat(q));
+            let lease = lease.await?;
+            let place = match place {
+                Some(place) => place.await?,
+                None => None,
+            };
+            Ok((lease, place))
         };
         match s.call(&leader, read).await {
-            Ok((_, stat)) if stat.ephemeral_owner == s.id() && stat.mzxid == term.zxid => {
+            Ok(((_, stat), Some(_)))
+                if stat.ephemeral_owner == s.id() && stat.mzxid == term.zxid =>
+            {
                 Ok(Renew::Renewed { sent_at })
             }
-            Ok((data, stat)) => {
+            // Out of line (our queue node deleted from outside): whoever is
+            // first would take the lease the moment it vanished, so our
+            // term ends here; the lease node goes once the work stopped.
+            Ok(((data, stat), _)) => {
                 self.term = None;
                 let holder = self.holder(&data, &stat);
                 Ok(Renew::Lost {
@@ -393,69 +494,13 @@ impl LeaseBackend for ZkLease {
             return Ok(false);
         };
         self.aim_at(&s, None);
-        let leader = self.leader.clone();
-        let released = match (term, self.queued.clone()) {
-            (Some(term), Some(q)) => {
-                // Our queue node still standing proves the lease node is
-                // ours: nobody else takes it while we are first in line.
-                let mut txn = s.client.new_multi_writer();
-                let queued = format!("{}/{q}", self.base);
-                let added = txn
-                    .add_delete(&leader, Some(term.version))
-                    .and_then(|()| txn.add_delete(&queued, None));
-                if added.is_err() {
-                    return Err(Error::Unexpected {
-                        backend: ZK.into(),
-                        detail: "a release transaction could not be built".into(),
-                    });
-                }
-                match s
-                    .call(&leader, async {
-                        txn.commit().await.map_err(zookeeper_client::Error::from)
-                    })
-                    .await
-                {
-                    Ok(_) => {
-                        self.queued = None;
-                        true
-                    }
-                    Err(Failure::NoNode | Failure::BadVersion) => false,
-                    Err(f) => {
-                        self.term = Some(term);
-                        return Err(self.failed(f));
-                    }
-                }
+        match self.let_go(&s).await {
+            Ok(released) => Ok(released),
+            Err(f) => {
+                self.term = term;
+                Err(self.failed(f))
             }
-            (Some(term), None) => {
-                // Out of the queue (deleted from outside) yet holding: the
-                // lease node, if it is still this session's.
-                match s.call(&leader, s.client.get_data(&leader)).await {
-                    Ok((_, stat)) if stat.ephemeral_owner == s.id() => {
-                        let delete = s.client.delete(&leader, Some(stat.version));
-                        match s.call(&leader, delete).await {
-                            Ok(()) => true,
-                            Err(Failure::NoNode | Failure::BadVersion) => false,
-                            Err(f) => {
-                                self.term = Some(term);
-                                return Err(self.failed(f));
-                            }
-                        }
-                    }
-                    Ok(_) | Err(Failure::NoNode) => false,
-                    Err(f) => {
-                        self.term = Some(term);
-                        return Err(self.failed(f));
-                    }
-                }
-            }
-            (None, _) => false,
-        };
-        // Leaving the queue too: a standby on its way out must not hold up
-        // the ones behind it for a session timeout.
-        if let Err(f) = self.leave(&s).await {
-            return Err(self.failed(f));
         }
-        Ok(released)
     }
 
     async fn peek(&mut self) -> Result<Peek, Error> {

@@ -1,8 +1,9 @@
-//! The wake-ups: one ZooKeeper watch on the one node that matters to this
-//! candidate now — the queue node before it, the lease node it waits for,
-//! or its own lease node while it leads — set through the candidate's own
-//! session. A deletion (or the session's end) sends one notice: a waiter
-//! then tries at once, a leader renews at once and learns of its loss.
+//! The wake-ups: ZooKeeper watches on the nodes that matter to this
+//! candidate now — the queue node before it, or the lease node it waits
+//! for, or, while it leads, its own lease node and queue node — set
+//! through the candidate's own session. A deletion (or the session's end)
+//! sends one notice: a waiter then tries at once, a leader renews at once
+//! and learns of its loss.
 
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -10,11 +11,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, EventType, SessionState};
 
-/// A node to watch, and the session to watch it through.
+/// The nodes to watch, and the session to watch them through.
 #[derive(Clone)]
 pub(super) struct Aim {
     pub client: Client,
-    pub path: String,
+    pub paths: Vec<String>,
 }
 
 /// Watches whatever `aims` names, until `stop`.
@@ -84,19 +85,28 @@ enum Outcome {
     Failed(String),
 }
 
-/// One watch on `aim`, until it fires.
+/// One watch on each of `aim`'s nodes, until one fires.
 async fn once(aim: &Aim) -> Outcome {
-    let (stat, watcher) = match aim.client.check_and_watch_stat(&aim.path).await {
-        Ok(watched) => watched,
-        Err(zookeeper_client::Error::SessionExpired | zookeeper_client::Error::ClientClosed) => {
+    let mut watchers = Vec::new();
+    for path in &aim.paths {
+        let (stat, watcher) = match aim.client.check_and_watch_stat(path).await {
+            Ok(watched) => watched,
+            Err(
+                zookeeper_client::Error::SessionExpired | zookeeper_client::Error::ClientClosed,
+            ) => {
+                return Outcome::Gone;
+            }
+            Err(e) => return Outcome::Failed(e.to_string()),
+        };
+        if stat.is_none() {
             return Outcome::Gone;
         }
-        Err(e) => return Outcome::Failed(e.to_string()),
-    };
-    if stat.is_none() {
-        return Outcome::Gone;
+        watchers.push(Box::pin(watcher.changed()));
     }
-    let event = watcher.changed().await;
+    if watchers.is_empty() {
+        return Outcome::Wait;
+    }
+    let (event, _, _) = futures_util::future::select_all(watchers).await;
     match event.event_type {
         EventType::NodeDeleted => Outcome::Gone,
         EventType::Session

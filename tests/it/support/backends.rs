@@ -668,6 +668,13 @@ impl Scene for ZkScene {
     fn lose_data(&mut self, key: &str) {
         self.zk.delete_all(&format!("/leaderd/{key}"));
     }
+    /// The election deleted under a working leader, lease node and queue
+    /// at once, is the documented way to two leaders on ZooKeeper (as
+    /// `rm PATH*` is for the lock file): the next in line cannot know the
+    /// leader still works.
+    fn survives_data_loss(&self) -> bool {
+        false
+    }
     /// Another session's lease node written over the holder's; that session
     /// expires [`THIEF_TTL`] later.
     fn steal(&self, key: &str) {
