@@ -18,8 +18,19 @@ pub use writer::dropped_lines;
 /// holds the exit up.
 const FLUSH_AT_EXIT: Duration = Duration::from_secs(1);
 
+/// Dependencies that log every reconnection attempt themselves, where
+/// leaderd says once, rate-limited, that the backend is unreachable: their
+/// errors only, unless the level names them (`info,zookeeper_client=debug`).
+const CHATTY: &[&str] = &["zookeeper_client"];
+
 pub fn init(format: LogFormat, level: &str) {
-    let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let mut level = level.to_string();
+    for name in CHATTY {
+        if !level.contains(name) {
+            level.push_str(&format!(",{name}=error"));
+        }
+    }
+    let filter = EnvFilter::try_new(&level).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer::start())

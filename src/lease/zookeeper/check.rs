@@ -43,7 +43,7 @@ impl ZkLease {
             );
         }
         lines.push(format!(
-            "session {:x}, timeout {} ms negotiated for the TTL (a dead leader's election is free at most this long after it last spoke)",
+            "session {:#x}, timeout {} ms negotiated for the TTL (a dead leader's election is free at most this long after it last spoke)",
             s.id(),
             s.client.session_timeout().as_millis()
         ));
