@@ -45,6 +45,17 @@ pub struct Registration {
 /// not its settings).
 pub type Open = fn(&Backend, &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>>;
 
+/// The usual [`Open`]: the settings resolved as a `T`, opened by `open`
+/// (`None`: they are another backend's).
+pub fn open_as<T: 'static, L: LeaseBackend + 'static>(
+    backend: &Backend,
+    common: &Common,
+    open: impl FnOnce(&T, &Common) -> Result<L, Error>,
+) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
+    let settings = backend.get::<T>()?;
+    Some(open(settings, common).map(|l| Box::new(l) as Box<dyn LeaseBackend>))
+}
+
 /// Who holds a lease, as far as the backend could tell. `id` is `None` when
 /// the backend holds something leaderd did not write.
 #[derive(Debug, Clone, PartialEq, Eq)]

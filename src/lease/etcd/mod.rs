@@ -24,6 +24,7 @@ mod term;
 mod watch;
 
 use crate::config::Backend;
+use crate::lease::contract::open_as;
 use crate::lease::contract::{
     Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew,
 };
@@ -71,8 +72,7 @@ pub const REGISTRATION: Registration = Registration {
 };
 
 fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
-    let etcd = backend.get::<EtcdConfig>()?;
-    Some(EtcdLease::open(etcd, common).map(|l| Box::new(l) as Box<dyn LeaseBackend>))
+    open_as(backend, common, EtcdLease::open)
 }
 
 impl EtcdLease {

@@ -23,6 +23,7 @@ mod held;
 use super::contract::{Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew};
 use super::vacancy::{Vacancies, Verdict};
 use crate::config::Backend;
+use crate::lease::contract::open_as;
 use crate::private;
 use config::LockFileConfig;
 use std::fs::{File, TryLockError};
@@ -84,8 +85,9 @@ pub const REGISTRATION: Registration = Registration {
 };
 
 fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
-    let file = backend.get::<LockFileConfig>()?;
-    Some(Ok(Box::new(FileLease::open(file, common))))
+    open_as(backend, common, |file: &LockFileConfig, common| {
+        Ok(FileLease::open(file, common))
+    })
 }
 
 impl FileLease {

@@ -23,6 +23,7 @@ mod wake;
 use session::{Conn, classify, connect, primary};
 
 use crate::config::Backend;
+use crate::lease::contract::open_as;
 use crate::lease::contract::{
     Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew, new_token,
 };
@@ -82,8 +83,7 @@ pub const REGISTRATION: Registration = Registration {
 };
 
 fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
-    let pg = backend.get::<PgConfig>()?;
-    Some(PgLease::open(pg, common).map(|l| Box::new(l) as Box<dyn LeaseBackend>))
+    open_as(backend, common, PgLease::open)
 }
 
 impl PgLease {

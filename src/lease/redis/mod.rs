@@ -25,7 +25,8 @@ use super::contract::{
     Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew, new_token,
 };
 use crate::config::Backend;
-use config::{RedisConfig, RedlockConfig};
+use crate::lease::contract::open_as;
+use config::RedisConfig;
 use link::{Link, classify};
 use redis::Value;
 use script::{Reply, Scripts, eval, parse_reply, unexpected};
@@ -64,11 +65,8 @@ pub const REGISTRATION: Registration = Registration {
 
 /// Opens what the Redis options resolved to: one server, or Redlock.
 fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
-    if let Some(one) = backend.get::<RedisConfig>() {
-        return Some(RedisLease::open(one, common).map(|l| Box::new(l) as Box<dyn LeaseBackend>));
-    }
-    let many = backend.get::<RedlockConfig>()?;
-    Some(redlock::Redlock::open(many, common).map(|l| Box::new(l) as Box<dyn LeaseBackend>))
+    open_as(backend, common, RedisLease::open)
+        .or_else(|| open_as(backend, common, redlock::Redlock::open))
 }
 
 /// The names of an election's keys and channel (PRODUCT §5).

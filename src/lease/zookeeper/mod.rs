@@ -31,6 +31,7 @@ mod session;
 mod watch;
 
 use crate::config::Backend;
+use crate::lease::contract::open_as;
 use crate::lease::contract::{
     Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew, new_token,
 };
@@ -53,8 +54,9 @@ pub const REGISTRATION: Registration = Registration {
 };
 
 fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
-    let zk = backend.get::<ZkConfig>()?;
-    Some(Ok(Box::new(ZkLease::open(zk, common))))
+    open_as(backend, common, |zk: &ZkConfig, common| {
+        Ok(ZkLease::open(zk, common))
+    })
 }
 
 /// The term we hold: the lease node's zxid when it began.
