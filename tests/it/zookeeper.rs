@@ -176,6 +176,12 @@ fn leaderd_frozen_past_its_session_comes_back_as_a_new_term() {
     });
     let b = r.start(1, &zk.connect());
     a.signal("STOP");
+    // a's child, killed by the guard, writes no stop line: its pid is
+    // looked at the moment b's child starts.
+    assert!(
+        !support::started_beside(&r.logs[0], &r.logs[1], PATIENCE * 2),
+        "b's child started while a's still ran"
+    );
     b.wait_leading(PATIENCE);
     assert!(!support::alive(child.pid), "the guard killed a's child");
     let second = token(&b);
@@ -189,8 +195,6 @@ fn leaderd_frozen_past_its_session_comes_back_as_a_new_term() {
     b.signal("TERM");
     a.wait_leading(PATIENCE);
     let third = token(&a);
-    // A child killed by the guard writes no stop line, so the probe logs
-    // cannot judge overlap here: its pid was gone when b led (above).
     assert!(first < second && second < third, "{first} {second} {third}");
 }
 
