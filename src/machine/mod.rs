@@ -8,6 +8,8 @@
 //! every state handles.
 
 #[cfg(test)]
+mod health;
+#[cfg(test)]
 mod sequences;
 #[cfg(test)]
 mod tests;
@@ -75,6 +77,9 @@ pub enum State {
         /// A release was announced while the request was out: if it comes
         /// back refused, it may predate the release, so look again at once.
         notified: bool,
+        /// The worker turned unhealthy while the request was out: a lease
+        /// that comes back is handed back, never worked on.
+        unhealthy: bool,
     },
     Working {
         lease: Lease,
@@ -92,18 +97,30 @@ pub enum State {
         stop_started: Instant,
         kill_at: Instant,
         after: AfterPause,
+        unhealthy: bool,
     },
     Releasing {
         after: AfterRelease,
+        unhealthy: bool,
     },
     Waiting {
         until: Instant,
         /// Held off (a step-down, a crash loop): no acquire before `until`,
         /// not even on a release wake-up.
         hold: bool,
+        /// The worker is not healthy (or not yet known to be, with health
+        /// gating): no acquire until it is, whatever the timer or a release
+        /// wake-up say.
+        unhealthy: bool,
     },
 }
 
+/// Where the worker's health is remembered: every state that can lead to an
+/// acquire carries an `unhealthy` flag, set and cleared by
+/// [`Event::WorkerUnhealthy`] and [`Event::WorkerHealthy`]. Working and
+/// renewing carry none: a leader whose worker turns unhealthy steps down at
+/// once, so leading implies a healthy worker.
+///
 /// The state names of PRODUCT §3, as spelled in logs, `/leader` and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StateName {
@@ -172,7 +189,8 @@ impl State {
                     ..
                 }
                 | State::Releasing {
-                    after: AfterRelease::Exit
+                    after: AfterRelease::Exit,
+                    ..
                 }
         )
     }
@@ -228,6 +246,11 @@ pub enum Event {
         hold: Duration,
         reason: Reason,
     },
+    /// The worker's health check passed `--health-successes` times in a row.
+    WorkerHealthy,
+    /// The worker's health check failed `--health-failures` times in a row:
+    /// a standby stops campaigning, a leader steps down.
+    WorkerUnhealthy,
     ShutdownRequested,
 }
 
@@ -269,6 +292,8 @@ pub enum Reason {
     StepDownRequested,
     CrashLoop,
     HoldOver,
+    WorkerHealthy,
+    WorkerUnhealthy,
     Ignored,
 }
 
@@ -310,6 +335,8 @@ impl Reason {
             Reason::StepDownRequested => "step-down requested",
             Reason::CrashLoop => "child in a crash loop",
             Reason::HoldOver => "hold-off over",
+            Reason::WorkerHealthy => "worker healthy",
+            Reason::WorkerUnhealthy => "worker unhealthy",
             Reason::Ignored => "event does not apply in this state",
         }
     }
@@ -328,6 +355,23 @@ pub struct Machine {
     pub timing: Timing,
     /// Grace for the work to stop before SIGKILL (shortened to fit the lease).
     pub stop_timeout: Duration,
+    /// Health gating (`--health-policy gate`); `None`: the worker's health
+    /// never reaches the machine.
+    pub health: Option<HealthGate>,
+}
+
+/// How the worker's health gates the election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthGate {
+    /// Campaign only once a first check has passed: the worker is checked
+    /// from the start (a worker beside leaderd). `false` when the check
+    /// probes the child, which runs only while leading.
+    pub wait_for_first_check: bool,
+    /// After a step-down for an unhealthy worker, stay out at least this
+    /// long (`--health-failures × --health-interval`), so a flapping worker
+    /// cannot bounce leadership around the fleet faster than its checks
+    /// can condemn it.
+    pub hold: Duration,
 }
 
 mod step;

@@ -51,6 +51,9 @@ impl Machine {
         reason: Reason,
         now: Instant,
     ) -> Transition {
+        // Leading implies a healthy worker; only a step-down for health
+        // pauses with the flag set (see `step_down_unhealthy`).
+        let unhealthy = reason == Reason::WorkerUnhealthy;
         let graceful = now + self.stop_timeout;
         let kill_at = lease
             .map_or(now, |l| graceful.min(self.kill_by(&l)))
@@ -61,6 +64,7 @@ impl Machine {
             stop_started: now,
             kill_at,
             after,
+            unhealthy,
         };
         to(next, &[Action::StopWork { kill_at }], reason)
     }
@@ -95,6 +99,10 @@ impl Machine {
                 let next_try = renewal.retry_at.unwrap_or(self.renew_due(lease));
                 (lease, Some(next_try).filter(|_| !renewal.in_flight))
             }
+            // Unhealthy: nothing is due until the worker is healthy again.
+            State::Waiting {
+                unhealthy: true, ..
+            } => return None,
             State::Waiting { until, .. } => return Some(*until),
             _ => return None,
         };
@@ -116,15 +124,30 @@ impl Machine {
             return self.step_exiting(state, event, now);
         }
         match (*state, event) {
-            (S::Idle, E::Started) => to(
-                S::Acquiring {
-                    shutdown: false,
-                    notified: false,
-                },
-                &[Action::Acquire],
-                Reason::Start,
-            ),
+            (S::Idle, E::Started) => match self.health {
+                Some(gate) if gate.wait_for_first_check => {
+                    to(S::waiting(now, false, true), &[], Reason::WorkerUnhealthy)
+                }
+                _ => to(S::acquiring(false), &[Action::Acquire], Reason::Start),
+            },
+            (_, health @ (E::WorkerHealthy | E::WorkerUnhealthy)) => {
+                self.on_health(state, health, now)
+            }
 
+            (
+                S::Acquiring {
+                    unhealthy: true, ..
+                },
+                E::Acquired { .. },
+            ) => to(
+                // The worker turned unhealthy meanwhile: never work on it.
+                S::Releasing {
+                    after: AfterRelease::Wait,
+                    unhealthy: true,
+                },
+                &[Action::Release],
+                Reason::WorkerUnhealthy,
+            ),
             (
                 S::Acquiring { .. },
                 E::Acquired {
@@ -142,6 +165,7 @@ impl Machine {
                     return to(
                         S::Releasing {
                             after: AfterRelease::Wait,
+                            unhealthy: false,
                         },
                         &[Action::Release],
                         Reason::RenewDeadlinePassed,
@@ -153,42 +177,37 @@ impl Machine {
                     Reason::Acquired,
                 )
             }
-            (S::Acquiring { notified: true, .. }, E::Refused { .. }) => to(
-                S::Waiting {
-                    until: now,
-                    hold: false,
+            (
+                S::Acquiring {
+                    notified: true,
+                    unhealthy,
+                    ..
                 },
-                &[],
-                Reason::HeldByOther,
-            ),
-            (S::Acquiring { .. }, E::ReleaseNotified) => to(
+                E::Refused { .. },
+            ) => to(S::waiting(now, false, unhealthy), &[], Reason::HeldByOther),
+            (S::Acquiring { unhealthy, .. }, E::ReleaseNotified) => to(
                 S::Acquiring {
                     shutdown: false,
                     notified: true,
+                    unhealthy,
                 },
                 &[],
                 Reason::ReleaseNotified,
             ),
-            (S::Acquiring { .. }, E::Refused { expires_in }) => {
+            (S::Acquiring { unhealthy, .. }, E::Refused { expires_in }) => {
                 // Look again when the holder's lease would expire: a holder that
                 // renews has pushed that out by then, and we simply look again.
                 // A release wakes us sooner (`ReleaseNotified`). Without a known
                 // expiry, poll at the retry interval.
                 let wait = expires_in.map_or(self.timing.retry_interval, |e| e + EXPIRY_SLACK);
                 to(
-                    S::Waiting {
-                        until: now + wait,
-                        hold: false,
-                    },
+                    S::waiting(now + wait, false, unhealthy),
                     &[],
                     Reason::HeldByOther,
                 )
             }
-            (S::Acquiring { .. }, E::AcquireFailed { misconfigured }) => to(
-                S::Waiting {
-                    until: now + self.backoff(misconfigured),
-                    hold: false,
-                },
+            (S::Acquiring { unhealthy, .. }, E::AcquireFailed { misconfigured }) => to(
+                S::waiting(now + self.backoff(misconfigured), false, unhealthy),
                 &[],
                 Reason::BackendError,
             ),
@@ -276,31 +295,29 @@ impl Machine {
 
             (S::Pausing { .. }, event) => self.pausing(state, event, now),
 
-            (S::Releasing { after }, E::Released) => match after {
+            (S::Releasing { after, unhealthy }, E::Released) => match after {
                 AfterRelease::Exit => to(S::Idle, &[Action::Exit], Reason::Released),
                 AfterRelease::Hold { hold } => to(
-                    S::Waiting {
-                        until: now + hold,
-                        hold: true,
-                    },
+                    S::waiting(now + hold, true, unhealthy),
                     &[],
                     Reason::Released,
                 ),
                 AfterRelease::Wait => to(
-                    S::Waiting {
-                        until: now + self.timing.retry_interval,
-                        hold: false,
-                    },
+                    S::waiting(now + self.timing.retry_interval, false, unhealthy),
                     &[],
                     Reason::Released,
                 ),
             },
 
-            (S::Waiting { until, hold }, E::Tick) if now >= until => to(
-                S::Acquiring {
-                    shutdown: false,
-                    notified: false,
+            (
+                S::Waiting {
+                    until,
+                    hold,
+                    unhealthy: false,
                 },
+                E::Tick,
+            ) if now >= until => to(
+                S::acquiring(false),
                 &[Action::Acquire],
                 if hold {
                     Reason::HoldOver
@@ -308,11 +325,15 @@ impl Machine {
                     Reason::RetryDue
                 },
             ),
-            (S::Waiting { hold: false, .. }, E::ReleaseNotified) => to(
-                S::Acquiring {
-                    shutdown: false,
-                    notified: false,
+            (
+                S::Waiting {
+                    hold: false,
+                    unhealthy: false,
+                    ..
                 },
+                E::ReleaseNotified,
+            ) => to(
+                S::acquiring(false),
                 &[Action::Acquire],
                 Reason::ReleaseNotified,
             ),
@@ -337,6 +358,7 @@ impl Machine {
                 to(
                     S::Releasing {
                         after: AfterRelease::Exit,
+                        unhealthy: false,
                     },
                     &[Action::Release],
                     Reason::Shutdown,
@@ -355,6 +377,7 @@ impl Machine {
             stop_started,
             kill_at,
             after,
+            unhealthy,
         } = *state
         else {
             return stay(state);
@@ -366,6 +389,7 @@ impl Machine {
             stop_started,
             kill_at,
             after,
+            unhealthy,
         };
         match (event, lease) {
             (Event::WorkStopped, _) => match after {
@@ -376,7 +400,7 @@ impl Machine {
                         AfterRelease::Wait
                     };
                     to(
-                        State::Releasing { after },
+                        State::Releasing { after, unhealthy },
                         &[Action::Release],
                         Reason::WorkStopped,
                     )
@@ -384,15 +408,13 @@ impl Machine {
                 AfterPause::StepDown { hold } => to(
                     State::Releasing {
                         after: AfterRelease::Hold { hold },
+                        unhealthy,
                     },
                     &[Action::Release],
                     Reason::WorkStopped,
                 ),
                 AfterPause::Wait => to(
-                    State::Waiting {
-                        until: now + self.timing.retry_interval,
-                        hold: false,
-                    },
+                    State::waiting(now + self.timing.retry_interval, false, unhealthy),
                     &[],
                     Reason::WorkStopped,
                 ),
@@ -478,15 +500,67 @@ impl Machine {
         }
     }
 
+    /// The worker's health changed (with health gating only; see
+    /// [`HealthGate`]). A leader steps down and holds off; any other state
+    /// remembers it; a waiting candidate whose worker is healthy again
+    /// campaigns at once if its wait is over.
+    fn on_health(&self, state: &State, event: Event, now: Instant) -> Transition {
+        use State as S;
+        let Some(gate) = self.health else {
+            return stay(state);
+        };
+        let unhealthy = event == Event::WorkerUnhealthy;
+        let reason = if unhealthy {
+            Reason::WorkerUnhealthy
+        } else {
+            Reason::WorkerHealthy
+        };
+        let step_down = AfterPause::StepDown { hold: gate.hold };
+        match *state {
+            S::Working { lease } if unhealthy => {
+                self.pause(Some(lease), Renewal::IDLE, step_down, reason, now)
+            }
+            S::Renewing { lease, renewal } if unhealthy => {
+                self.pause(Some(lease), renewal, step_down, reason, now)
+            }
+            S::Idle | S::Working { .. } | S::Renewing { .. } => stay(state),
+            S::Acquiring {
+                shutdown, notified, ..
+            } => to(
+                S::Acquiring {
+                    shutdown,
+                    notified,
+                    unhealthy,
+                },
+                &[],
+                reason,
+            ),
+            S::Pausing { .. } | S::Releasing { .. } => {
+                let mut next = *state;
+                if let S::Pausing { unhealthy: u, .. } | S::Releasing { unhealthy: u, .. } =
+                    &mut next
+                {
+                    *u = unhealthy;
+                }
+                to(next, &[], reason)
+            }
+            S::Waiting { until, .. } if !unhealthy && now >= until => {
+                to(S::acquiring(false), &[Action::Acquire], reason)
+            }
+            S::Waiting { until, hold, .. } => to(S::waiting(until, hold, unhealthy), &[], reason),
+        }
+    }
+
     fn on_shutdown(&self, state: &State, now: Instant) -> Transition {
         use State as S;
         let reason = Reason::Shutdown;
         match *state {
             S::Idle => to(S::Idle, &[Action::Exit], reason),
-            S::Acquiring { .. } => to(
+            S::Acquiring { unhealthy, .. } => to(
                 S::Acquiring {
                     shutdown: true,
                     notified: false,
+                    unhealthy,
                 },
                 &[],
                 reason,
@@ -510,6 +584,7 @@ impl Machine {
                 renewal,
                 stop_started,
                 kill_at,
+                unhealthy,
                 ..
             } => {
                 let sooner = kill_at.min(now + self.stop_timeout);
@@ -526,25 +601,47 @@ impl Machine {
                         stop_started,
                         kill_at: sooner,
                         after,
+                        unhealthy,
                     },
                     actions,
                     reason,
                 )
             }
-            S::Releasing { .. } => to(
+            S::Releasing { unhealthy, .. } => to(
                 S::Releasing {
                     after: AfterRelease::Exit,
+                    unhealthy,
                 },
                 &[],
                 reason,
             ),
-            S::Waiting { .. } => to(
+            S::Waiting { unhealthy, .. } => to(
                 S::Releasing {
                     after: AfterRelease::Exit,
+                    unhealthy,
                 },
                 &[Action::Release],
                 reason,
             ),
+        }
+    }
+}
+
+impl State {
+    /// Campaigning, with nothing else pending.
+    pub(crate) const fn acquiring(unhealthy: bool) -> State {
+        State::Acquiring {
+            shutdown: false,
+            notified: false,
+            unhealthy,
+        }
+    }
+
+    pub(crate) const fn waiting(until: Instant, hold: bool, unhealthy: bool) -> State {
+        State::Waiting {
+            until,
+            hold,
+            unhealthy,
         }
     }
 }

@@ -8,6 +8,10 @@ pub(super) fn machine() -> Machine {
     Machine {
         timing: Timing::default(), // ttl 10s, renew 3.333s, deadline 6.666s, retry 2s
         stop_timeout: Duration::from_secs(10),
+        health: Some(HealthGate {
+            wait_for_first_check: false,
+            hold: Duration::from_secs(6),
+        }),
     }
 }
 
@@ -27,16 +31,19 @@ pub(super) fn states(t0: Instant) -> Vec<State> {
         stop_started: t0,
         kill_at: t0 + 9 * MS,
         after,
+        unhealthy: false,
     };
     vec![
         State::Idle,
         State::Acquiring {
             shutdown: false,
             notified: false,
+            unhealthy: false,
         },
         State::Acquiring {
             shutdown: true,
             notified: false,
+            unhealthy: false,
         },
         State::Working { lease: l },
         State::Renewing {
@@ -61,23 +68,46 @@ pub(super) fn states(t0: Instant) -> Vec<State> {
         ),
         State::Releasing {
             after: AfterRelease::Exit,
+            unhealthy: false,
         },
         State::Releasing {
             after: AfterRelease::Hold {
                 hold: Duration::from_secs(30),
             },
+            unhealthy: false,
         },
         State::Releasing {
             after: AfterRelease::Wait,
+            unhealthy: false,
         },
         State::Waiting {
             until: t0 + 1000 * MS,
             hold: false,
+            unhealthy: false,
         },
         State::Waiting {
             until: t0 + 1000 * MS,
             hold: true,
+            unhealthy: false,
         },
+        // The worker is unhealthy: campaigning, stepping down, held off.
+        State::acquiring(true),
+        State::Pausing {
+            lease: Some(l),
+            renewal: Renewal::IDLE,
+            stop_started: t0,
+            kill_at: t0 + 9 * MS,
+            after: AfterPause::StepDown {
+                hold: Duration::from_secs(6),
+            },
+            unhealthy: true,
+        },
+        State::Releasing {
+            after: AfterRelease::Wait,
+            unhealthy: true,
+        },
+        State::waiting(t0 + 1000 * MS, false, true),
+        State::waiting(t0 + 1000 * MS, true, true),
     ]
 }
 
@@ -113,6 +143,8 @@ pub(super) fn events(t0: Instant) -> Vec<Event> {
             hold: Duration::from_secs(30),
             reason: Reason::StepDownRequested,
         },
+        Event::WorkerHealthy,
+        Event::WorkerUnhealthy,
         Event::ShutdownRequested,
     ]
 }
@@ -148,6 +180,7 @@ fn transition_table() {
             State::Acquiring {
                 shutdown: false,
                 notified: false,
+                unhealthy: false,
             },
             Event::Acquired {
                 fencing_token: 7,
@@ -161,6 +194,7 @@ fn transition_table() {
             State::Acquiring {
                 shutdown: false,
                 notified: false,
+                unhealthy: false,
             },
             Event::Refused {
                 expires_in: Some(Duration::from_secs(1)),
@@ -173,6 +207,7 @@ fn transition_table() {
             State::Acquiring {
                 shutdown: false,
                 notified: false,
+                unhealthy: false,
             },
             Event::AcquireFailed {
                 misconfigured: false,
@@ -185,6 +220,7 @@ fn transition_table() {
             State::Acquiring {
                 shutdown: true,
                 notified: false,
+                unhealthy: false,
             },
             Event::Acquired {
                 fencing_token: 7,
@@ -260,6 +296,7 @@ fn transition_table() {
         (
             State::Releasing {
                 after: AfterRelease::Exit,
+                unhealthy: false,
             },
             Event::Released,
             Duration::ZERO,
@@ -269,6 +306,7 @@ fn transition_table() {
         (
             State::Releasing {
                 after: AfterRelease::Wait,
+                unhealthy: false,
             },
             Event::Released,
             Duration::ZERO,
@@ -279,6 +317,7 @@ fn transition_table() {
             State::Waiting {
                 until: t0 + 1000 * MS,
                 hold: false,
+                unhealthy: false,
             },
             Event::Tick,
             999 * MS,
@@ -289,6 +328,7 @@ fn transition_table() {
             State::Waiting {
                 until: t0 + 1000 * MS,
                 hold: false,
+                unhealthy: false,
             },
             Event::Tick,
             1000 * MS,
@@ -299,6 +339,7 @@ fn transition_table() {
             State::Waiting {
                 until: t0 + 1000 * MS,
                 hold: false,
+                unhealthy: false,
             },
             Event::ReleaseNotified,
             10 * MS,
@@ -309,6 +350,7 @@ fn transition_table() {
             State::Waiting {
                 until: t0,
                 hold: false,
+                unhealthy: false,
             },
             Event::ShutdownRequested,
             Duration::ZERO,
@@ -355,6 +397,7 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
     let acquiring = State::Acquiring {
         shutdown: false,
         notified: false,
+        unhealthy: false,
     };
     let soon = m.step(
         &acquiring,
@@ -368,6 +411,7 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
         State::Waiting {
             until: t0 + 301 * MS,
             hold: false,
+            unhealthy: false,
         }
     );
     let late = m.step(
@@ -382,6 +426,7 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
         State::Waiting {
             until: t0 + Duration::from_secs(9) + MS,
             hold: false,
+            unhealthy: false,
         },
         "no fixed poll"
     );
@@ -391,6 +436,7 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
         State::Waiting {
             until: t0 + m.timing.retry_interval,
             hold: false,
+            unhealthy: false,
         }
     );
     let auth = m.step(
@@ -405,6 +451,7 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
         State::Waiting {
             until: t0 + Duration::from_secs(10),
             hold: false,
+            unhealthy: false,
         },
         "auth errors are retried slowly"
     );
@@ -419,6 +466,7 @@ fn renewal_does_not_restart_the_work() {
             &State::Acquiring {
                 shutdown: false,
                 notified: false,
+                unhealthy: false,
             },
             Event::Acquired {
                 fencing_token: 1,
@@ -734,13 +782,15 @@ fn a_release_announced_during_an_acquire_is_not_missed() {
     let acquiring = State::Acquiring {
         shutdown: false,
         notified: false,
+        unhealthy: false,
     };
     let notified = m.step(&acquiring, Event::ReleaseNotified, t0);
     assert_eq!(
         notified.next,
         State::Acquiring {
             shutdown: false,
-            notified: true
+            notified: true,
+            unhealthy: false,
         }
     );
     let refused = m.step(
@@ -755,6 +805,7 @@ fn a_release_announced_during_an_acquire_is_not_missed() {
         State::Waiting {
             until: t0 + MS,
             hold: false,
+            unhealthy: false,
         },
         "looks again at once, not in 9s"
     );
@@ -777,7 +828,8 @@ fn a_step_down_stops_the_work_releases_and_holds_off() {
         (tr.next, names(&tr.actions)),
         (
             State::Releasing {
-                after: AfterRelease::Hold { hold }
+                after: AfterRelease::Hold { hold },
+                unhealthy: false,
             },
             vec!["release"]
         )
@@ -786,6 +838,7 @@ fn a_step_down_stops_the_work_releases_and_holds_off() {
     let held = State::Waiting {
         until: t0 + 2 * MS + hold,
         hold: true,
+        unhealthy: false,
     };
     assert_eq!(tr.next, held);
     // Held off: a release wake-up and early ticks do nothing.

@@ -71,6 +71,7 @@ pub async fn run(
     let machine = Machine {
         timing: config.timing,
         stop_timeout: config.child.stop_timeout,
+        health: None,
     };
     let ident = Ident {
         id: &config.id,
