@@ -2,6 +2,7 @@
 //! the mapping of their outcomes to exit codes (PRODUCT §1).
 
 use crate::config::{Config, ConfigError};
+use crate::health::probe::Prober;
 use crate::lease::{self, LeaseBackend, Peek};
 use crate::metrics::Metrics;
 use crate::status::{Changes, Snapshot};
@@ -51,10 +52,17 @@ struct Prepared {
     backend: Box<dyn LeaseBackend>,
     listener: Option<tokio::net::TcpListener>,
     admin: Option<(tokio::net::UnixListener, std::path::PathBuf)>,
+    health: Option<Prober>,
 }
 
 async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Failure> {
     let child = child_spec(config)?;
+    let health = config
+        .health
+        .as_ref()
+        .map(|h| Prober::new(&h.probe, h.timeout))
+        .transpose()
+        .map_err(ConfigError)?;
     let webhooks = webhooks(config, metrics)?;
     let mut backend = backend(config)?;
     backend
@@ -79,6 +87,7 @@ async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Fa
         backend,
         listener,
         admin,
+        health,
     })
 }
 
@@ -88,13 +97,14 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
         .into_signals()
         .map_err(|e| Failure::Fatal(format!("cannot install signal handlers: {e}")))?;
     let shutdown = signals.requested.clone();
-    let metrics = Arc::new(Metrics::new(&config.key));
+    let metrics = Arc::new(metrics_for(&config));
     let Prepared {
         child,
         webhooks,
         backend,
         listener,
         admin,
+        health,
     } = prepare(&config, &metrics).await?;
     for note in config.warnings.iter().chain(&backend.notes()) {
         tracing::warn!("{note}");
@@ -140,16 +150,12 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
         tracing::info!(socket = %path.display(), "admin socket listening (leaderd step-down)");
         tokio::spawn(admin::serve(listener, path, admin_tx, http_stop.clone()))
     });
-    let child_code = runner::run(
-        &config,
-        backend,
-        work,
+    let inputs = runner::Inputs {
         work_events,
-        outputs,
-        admin_rx,
-        shutdown,
-    )
-    .await;
+        admin: admin_rx,
+        health,
+    };
+    let child_code = runner::run(&config, backend, work, inputs, outputs, shutdown).await;
     http_stop.cancel();
     if let Some(server) = server {
         let _ = server.await;
@@ -166,6 +172,14 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
             tracing::info!("leaderd stopped");
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+fn metrics_for(config: &Config) -> Metrics {
+    let metrics = Metrics::new(&config.key);
+    match config.health {
+        Some(_) => metrics.with_health(),
+        None => metrics,
     }
 }
 
@@ -340,11 +354,12 @@ fn describe_config(config: &Config, backend: &dyn LeaseBackend) {
 /// and let go), the effective configuration, then a look at the backend and
 /// the backend's own check of what `run` will do.
 pub async fn check(config: Config) -> Result<ExitCode, Failure> {
-    let metrics = Arc::new(Metrics::new(&config.key));
+    let metrics = Arc::new(metrics_for(&config));
     let Prepared {
         mut backend,
         listener,
         admin,
+        health,
         ..
     } = prepare(&config, &metrics).await?;
     drop(listener);
@@ -361,6 +376,13 @@ pub async fn check(config: Config) -> Result<ExitCode, Failure> {
     );
     for line in backend.self_check().await.map_err(Failure::Backend)? {
         println!("# ok: {line}");
+    }
+    if let (Some(prober), Some(h)) = (health, &config.health) {
+        let checks_child = !config.child.command.is_empty();
+        println!(
+            "{}",
+            crate::health::check_once(&prober, h, checks_child).await
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -14,6 +14,8 @@
 //!   `redis/` with Sentinel, Cluster and `redlock/`, `postgres/`, `etcd/`,
 //!   `zookeeper/`, `file/` the lock file; [`lease::REGISTRY`] lists them) and [`work`]
 //!   (the child behind its guard, webhooks).
+//! - [`health`]: the worker's health check, a driver whose verdicts the
+//!   runner feeds to the machine (health gating).
 //! - [`private`]: local paths no other user can plant or swap (the lock
 //!   file, the admin socket).
 //! - [`status`]: the snapshot the runner publishes; [`http`] serves it, with
@@ -26,6 +28,7 @@ pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod health;
 pub mod http;
 pub mod lease;
 pub mod machine;

@@ -39,6 +39,17 @@ pub struct Snapshot {
     pub shutting_down: bool,
     /// When the current term began (working or renewing since then).
     pub leading_since: Option<SystemTime>,
+    /// The worker's health, where a check is configured.
+    pub worker: Option<Worker>,
+}
+
+/// The worker's health as the checks last judged it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worker {
+    /// `None` before the first verdict (a worker not yet known healthy).
+    pub healthy: Option<bool>,
+    /// The last failure's reason, kept after a recovery.
+    pub last_failure: Option<String>,
 }
 
 /// How long past its expiry a standby still names the holder it saw: the
@@ -56,6 +67,7 @@ impl Snapshot {
             ready: false,
             shutting_down: false,
             leading_since: None,
+            worker: None,
         }
     }
 
@@ -107,6 +119,8 @@ impl Snapshot {
             // Another holder under our id: two candidates share an id.
             duplicate_id: held.is_none() && observed.is_some_and(|o| o.id.as_deref() == Some(id)),
             backend_nodes: None,
+            worker_healthy: self.worker.as_ref().map(|w| w.healthy.unwrap_or(false)),
+            worker_last_failure: self.worker.as_ref().and_then(|w| w.last_failure.clone()),
         }
     }
 }
@@ -135,6 +149,13 @@ pub struct LeaderView {
     /// Redlock: how many masters answered the last lease operation.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend_nodes: Option<crate::lease::Nodes>,
+    /// With a health check: whether the worker is healthy now (`false`
+    /// before its first pass); absent without one.
+    pub worker_healthy: Option<bool>,
+    /// With a health check: the reason the checks gave when they last
+    /// found the worker unhealthy (kept after it recovers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_last_failure: Option<String>,
 }
 
 /// One entry of the `/leader/events` stream: a transition (`from`, `reason`)
@@ -145,12 +166,19 @@ pub struct Change {
     /// transition.
     #[serde(skip)]
     pub seq: u64,
+    /// The SSE event name: `transition`, or `health` for a change of the
+    /// worker's health (the state may stay the same).
+    #[serde(skip)]
+    pub event: &'static str,
     pub from: Option<&'static str>,
     pub state: &'static str,
     pub reason: Option<&'static str>,
     pub is_leader: bool,
     pub leader: Option<String>,
     pub fencing_token: Option<u64>,
+    /// With a health check: the worker's health after this change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_healthy: Option<bool>,
     pub at: String,
 }
 
@@ -158,12 +186,14 @@ impl Change {
     pub fn now(view: &LeaderView, from: Option<StateName>, reason: Option<&'static str>) -> Change {
         Change {
             seq: 0,
+            event: "transition",
             from: from.map(StateName::as_str),
             state: view.state,
             reason,
             is_leader: view.is_leader,
             leader: view.leader.clone(),
             fencing_token: view.fencing_token,
+            worker_healthy: view.worker_healthy,
             at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
         }
     }
@@ -307,12 +337,14 @@ mod tests {
     fn change(state: &'static str) -> Change {
         Change {
             seq: 0,
+            event: "transition",
             from: None,
             state,
             reason: None,
             is_leader: false,
             leader: None,
             fencing_token: None,
+            worker_healthy: None,
             at: String::new(),
         }
     }

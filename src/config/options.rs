@@ -116,6 +116,8 @@ impl Spec {
     }
 }
 
+use crate::health::config as health;
+
 pub const ELECTION: &str = "Election";
 /// The heading of every backend's options.
 pub const BACKEND: &str = "Backend";
@@ -303,7 +305,7 @@ pub const LOG_LEVEL: Spec = spec("log_level", "--log-level", "RUST_LOG", "log.le
 pub const HEAD: [&Spec; 3] = [&CONFIG, &KEY, &ID];
 
 /// The common options after the backends'.
-pub const TAIL: [&Spec; 18] = [
+pub const TAIL: [&Spec; 26] = [
     &TTL,
     &RENEW_INTERVAL,
     &RENEW_DEADLINE,
@@ -318,6 +320,14 @@ pub const TAIL: [&Spec; 18] = [
     &WEBHOOK,
     &WEBHOOK_SECRET_FILE,
     &WEBHOOK_SECRET,
+    &health::URL,
+    &health::COMMAND,
+    &health::INTERVAL,
+    &health::TIMEOUT,
+    &health::FAILURES,
+    &health::SUCCESSES,
+    &health::START_PERIOD,
+    &health::POLICY,
     &ADMIN_SOCKET,
     &STEP_DOWN_HOLD,
     &LOG_FORMAT,

@@ -358,7 +358,9 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
         .replace("tls_cert_file = \"/etc/leaderd/client.pem\"", "")
         .replace("tls_key_file = \"/etc/leaderd/client.key\"", "")
         // Run-once is a mode of its own (it makes the child's exit leaderd's).
-        .replace("wait = \"30s\"", "");
+        .replace("wait = \"30s\"", "")
+        // A health check is a URL or a command, one at a time.
+        .replace("command = \"pg_isready -h 127.0.0.1 -q\"", "");
     let c = Case::new()
         .file(&uncommented)
         .build()

@@ -29,7 +29,7 @@ pub async fn events(
         .and_then(|v| v.trim().parse::<u64>().ok());
     let subscription = s.changes.subscribe(after);
     let mut first: Vec<SseEvent> = match subscription.missed {
-        Some(missed) => missed.iter().map(|c| sse_event("transition", c)).collect(),
+        Some(missed) => missed.iter().map(|c| sse_event(c.event, c)).collect(),
         None => {
             let mut now = Change::now(&view(&s), None, None);
             now.seq = subscription.last_seq;
@@ -48,7 +48,7 @@ pub async fn events(
             tokio::select! {
                 received = live.recv() => match received {
                     Ok(change) => {
-                        return Some((Ok(sse_event("transition", &change)), Some((live, s))));
+                        return Some((Ok(sse_event(change.event, &change)), Some((live, s))));
                     }
                     // A slow reader missed some; carry on with the next.
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,

@@ -294,6 +294,7 @@ pub enum Reason {
     HoldOver,
     WorkerHealthy,
     WorkerUnhealthy,
+    FirstHealthCheck,
     Ignored,
 }
 
@@ -337,6 +338,7 @@ impl Reason {
             Reason::HoldOver => "hold-off over",
             Reason::WorkerHealthy => "worker healthy",
             Reason::WorkerUnhealthy => "worker unhealthy",
+            Reason::FirstHealthCheck => "waiting for the worker's first passing health check",
             Reason::Ignored => "event does not apply in this state",
         }
     }

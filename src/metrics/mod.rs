@@ -19,7 +19,11 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+mod format;
 mod process;
+
+pub use format::Format;
+use format::text_format;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
@@ -87,38 +91,19 @@ pub struct Metrics {
     /// Backends of several servers only: no series otherwise.
     backend_nodes: Family<CountLabel, Gauge>,
     last_nodes: std::sync::Mutex<Option<Nodes>>,
+    /// With a health check only (see [`Metrics::with_health`]).
+    worker_healthy: Gauge,
+    health_checks: Family<ResultLabel, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
-}
-
-/// The exposition format a scraper asked for (its `Accept` header).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// `text/plain; version=0.0.4`: what Prometheus gets unless it asks for
-    /// OpenMetrics, and what `promtool check metrics` reads.
-    Text,
-    OpenMetrics,
-}
-
-impl Format {
-    /// OpenMetrics only when the `Accept` header names it (Prometheus sends
-    /// it first when its scrape protocols allow).
-    pub fn negotiate(accept: Option<&str>) -> Format {
-        match accept {
-            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
-            _ => Format::Text,
-        }
-    }
-
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
-            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        }
-    }
 }
 
 impl Metrics {
@@ -142,6 +127,8 @@ impl Metrics {
             duplicate_id: Gauge::default(),
             backend_nodes: Family::default(),
             last_nodes: std::sync::Mutex::new(None),
+            worker_healthy: Gauge::default(),
+            health_checks: Family::default(),
             registry: Registry::default(),
         };
         let build_info = Family::<BuildLabels, Gauge>::default();
@@ -247,6 +234,29 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
+    /// Adds the worker-health metrics: exported only when a health check is
+    /// configured, so no series claims a health nobody checks.
+    pub fn with_health(mut self) -> Metrics {
+        self.registry.register(
+            "leaderd_worker_healthy",
+            "1 while the worker's health check passes (by --health-failures/--health-successes), 0 while it fails or before its first pass",
+            self.worker_healthy.clone(),
+        );
+        self.registry.register(
+            "leaderd_health_checks",
+            "Worker health checks run, by result (passed or failed)",
+            self.health_checks.clone(),
+        );
+        self
+    }
+
+    pub fn health_check(&self, passed: bool) {
+        let result = if passed { "passed" } else { "failed" };
+        self.health_checks
+            .get_or_create(&ResultLabel { result })
+            .inc();
+    }
+
     pub fn transition(&self, from: StateName, to: StateName) {
         self.transitions
             .get_or_create(&TransitionLabels {
@@ -325,6 +335,8 @@ impl Metrics {
             .set(leading);
         self.fencing_token.set(view.fencing_token.unwrap_or(0));
         self.duplicate_id.set(i64::from(view.duplicate_id));
+        self.worker_healthy
+            .set(i64::from(view.worker_healthy.unwrap_or(false)));
         let dropped = crate::telemetry::dropped_lines();
         let counted = self.log_lines_dropped.get();
         if dropped > counted {
@@ -337,61 +349,5 @@ impl Metrics {
             Format::OpenMetrics => out,
             Format::Text => text_format(&out),
         }
-    }
-}
-
-/// OpenMetrics → Prometheus text 0.0.4. The samples are the same; what
-/// differs is that a counter's HELP and TYPE name the family (`x`) in
-/// OpenMetrics but the sample (`x_total`) in the text format, that the text
-/// format has no `# UNIT` and no `# EOF`.
-fn text_format(openmetrics: &str) -> String {
-    let counters: std::collections::HashSet<&str> = openmetrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|rest| rest.strip_suffix(" counter"))
-        .collect();
-    let mut out = String::with_capacity(openmetrics.len());
-    for line in openmetrics.lines() {
-        if line == "# EOF" || line.starts_with("# UNIT ") {
-            continue;
-        }
-        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
-            let rest = line.strip_prefix(prefix)?;
-            let (name, tail) = rest.split_once(' ')?;
-            counters
-                .contains(name)
-                .then(|| format!("{prefix}{name}_total {tail}"))
-        });
-        match renamed {
-            Some(line) => out.push_str(&line),
-            None => out.push_str(line),
-        }
-        out.push('\n');
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counters_are_named_by_their_samples_in_the_text_format() {
-        let om = "# HELP a_things Things.\n# TYPE a_things counter\na_things_total 3\n# HELP b Gauge.\n# TYPE b gauge\n# UNIT b seconds\nb 1\n# EOF\n";
-        assert_eq!(
-            text_format(om),
-            "# HELP a_things_total Things.\n# TYPE a_things_total counter\na_things_total 3\n# HELP b Gauge.\n# TYPE b gauge\nb 1\n"
-        );
-    }
-
-    #[test]
-    fn openmetrics_only_when_asked_for() {
-        assert_eq!(Format::negotiate(None), Format::Text);
-        assert_eq!(
-            Format::negotiate(Some("text/plain;version=0.0.4;q=0.5,*/*;q=0.1")),
-            Format::Text
-        );
-        let prometheus = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
-        assert_eq!(Format::negotiate(Some(prometheus)), Format::OpenMetrics);
     }
 }

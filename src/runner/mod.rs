@@ -3,12 +3,14 @@
 //! a slow Redis never blocks timers, signals or the work; their results come
 //! back as events.
 
+mod health;
 mod log;
 mod modes;
 mod report;
 
 pub use modes::EXIT_NOT_LEADER;
 
+use health::Health;
 use log::{Line, log_transition};
 use modes::{Once, step_down};
 use report::{ErrorLog, absorb, notice_duplicate_id};
@@ -46,6 +48,14 @@ pub struct Outputs {
     pub metrics: Arc<Metrics>,
 }
 
+/// What the runner listens to besides the lease and its timers.
+pub struct Inputs {
+    pub work_events: mpsc::UnboundedReceiver<WorkEvent>,
+    pub admin: mpsc::UnboundedReceiver<crate::admin::Request>,
+    /// The worker's health check, built (`None`: not configured).
+    pub health: Option<crate::health::probe::Prober>,
+}
+
 /// Who we are, for log lines.
 struct Ident<'a> {
     id: &'a str,
@@ -58,9 +68,8 @@ pub async fn run(
     config: &Config,
     backend: Box<dyn LeaseBackend>,
     mut work: Work,
-    mut work_events: mpsc::UnboundedReceiver<WorkEvent>,
+    inputs: Inputs,
     outputs: Outputs,
-    mut admin: mpsc::UnboundedReceiver<crate::admin::Request>,
     shutdown: CancellationToken,
 ) -> Option<i32> {
     let Outputs {
@@ -68,10 +77,22 @@ pub async fn run(
         changes,
         metrics,
     } = outputs;
+    let Inputs {
+        mut work_events,
+        mut admin,
+        health,
+    } = inputs;
+    let (mut health, gate) = match (&config.health, health) {
+        (Some(c), Some(prober)) => {
+            let (health, gate) = Health::start(c, prober, &work, metrics.clone(), &status);
+            (Some(health), gate)
+        }
+        _ => (None, None),
+    };
     let machine = Machine {
         timing: config.timing,
         stop_timeout: config.child.stop_timeout,
-        health: None,
+        health: gate,
     };
     let ident = Ident {
         id: &config.id,
@@ -213,6 +234,9 @@ pub async fn run(
             // comes.
             _ = sleep_until(once.as_ref().map(|o| o.deadline)), if once.as_ref().is_some_and(|o| !o.started && o.deadline > Instant::now()) => Some(Event::Tick),
             Some(()) = notices.recv() => Some(Event::ReleaseNotified),
+            Some(verdict) = next_verdict(&mut health) => health
+                .as_ref()
+                .and_then(|h| h.absorb(verdict, &state, &status, &changes, &ident)),
             _ = sleep_until(wake), if wake.is_some() => Some(Event::Tick),
         };
     }
@@ -224,7 +248,17 @@ pub async fn run(
         let _ = watcher.await;
     }
     work.finish().await;
+    if let Some(health) = health {
+        health.finish().await;
+    }
     exit_code
+}
+
+async fn next_verdict(health: &mut Option<Health>) -> Option<crate::health::Verdict> {
+    match health {
+        Some(h) => h.next().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {

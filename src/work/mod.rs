@@ -14,7 +14,7 @@ pub mod webhook;
 
 use crate::metrics::Metrics;
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -39,6 +39,8 @@ enum Kind {
     Child {
         commands: mpsc::UnboundedSender<child::Command>,
         supervisor: JoinHandle<()>,
+        /// When the running child started; `None` while none runs.
+        running: watch::Receiver<Option<Instant>>,
     },
 }
 
@@ -68,11 +70,14 @@ impl Work {
         let kind = match child {
             Some(spec) => {
                 let (commands, command_rx) = mpsc::unbounded_channel();
-                let supervisor =
-                    tokio::spawn(child::supervise(spec, command_rx, events, metrics, signals));
+                let (running_tx, running) = watch::channel(None);
+                let supervisor = tokio::spawn(child::supervise(
+                    spec, command_rx, events, metrics, signals, running_tx,
+                ));
                 Kind::Child {
                     commands,
                     supervisor,
+                    running,
                 }
             }
             None => Kind::ElectOnly {
@@ -136,11 +141,21 @@ impl Work {
         }
     }
 
+    /// When the running child started (`None` while none runs); `None`
+    /// altogether without a child.
+    pub fn child_running(&self) -> Option<watch::Receiver<Option<Instant>>> {
+        match &self.kind {
+            Kind::Child { running, .. } => Some(running.clone()),
+            Kind::ElectOnly { .. } => None,
+        }
+    }
+
     /// Ends the supervisor, killing anything still running, and waits for it.
     pub async fn finish(self) {
         if let Kind::Child {
             commands,
             supervisor,
+            ..
         } = self.kind
         {
             drop(commands);

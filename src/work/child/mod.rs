@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use step::{Action, Event, Policy, Say, Supervision};
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -79,6 +79,9 @@ struct Supervisor {
     /// Cancelled by the first SIGTERM/SIGINT: from then on no child is
     /// started, even one the machine asked for just before the signal came.
     shutdown: CancellationToken,
+    /// When the running child started (`None` while none runs), for the
+    /// health check that follows the child.
+    running: watch::Sender<Option<Instant>>,
 }
 
 /// Runs the supervisor until `commands` closes, then kills whatever is left.
@@ -88,6 +91,7 @@ pub async fn supervise(
     events: mpsc::UnboundedSender<WorkEvent>,
     metrics: Arc<Metrics>,
     signals: crate::shutdown::Signals,
+    running: watch::Sender<Option<Instant>>,
 ) {
     process::become_subreaper();
     let (Ok(mut chld), Ok(mut hup), Ok(mut usr1), Ok(mut usr2)) = (
@@ -113,6 +117,7 @@ pub async fn supervise(
         metrics,
         events,
         shutdown: signals.requested,
+        running,
     };
     let hurry = signals.hurry;
     loop {
@@ -231,7 +236,10 @@ impl Supervisor {
             Say::Started {
                 child,
                 fencing_token,
-            } => tracing::info!(pid = child, fencing_token, command = %command, "child started"),
+            } => {
+                self.running.send_replace(Some(Instant::now()));
+                tracing::info!(pid = child, fencing_token, command = %command, "child started")
+            }
             Say::GuardFired { child } => tracing::error!(pid = child, "{GUARD_FIRED}"),
             Say::Stopping { child, signal } => {
                 tracing::info!(pid = child, signal, "stopping the child")
@@ -246,10 +254,12 @@ impl Supervisor {
                 "forwarding signal to the child's process group"
             ),
             Say::ChildExited { child, code } => {
+                self.running.send_replace(None);
                 tracing::info!(pid = child, code, "child exited");
                 self.metrics.child_exited();
             }
             Say::ChildStopped { child, code } => {
+                self.running.send_replace(None);
                 tracing::info!(pid = child, code, "child stopped");
                 self.metrics.child_exited();
             }

@@ -1,0 +1,379 @@
+//! The health check's options, each declared once (flag, env, TOML key,
+//! default, help), and their resolution into a [`HealthConfig`].
+
+use super::{HealthConfig, Policy, Probe};
+use crate::config::options::{Spec, spec};
+use crate::config::{ConfigError, Origin, Resolver, Value, or_default, parse_duration, positive};
+use crate::config::{redact_url, show_duration as show};
+use std::time::Duration;
+
+const HEALTH: &str = "Worker health";
+
+pub const URL: Spec = spec("health_url", "--health", "LEADERD_HEALTH", "health.url")
+    .value("URL")
+    .under(HEALTH)
+    .help("Lead only while this URL answers 2xx to a GET (the worker's readiness endpoint)");
+pub const COMMAND: Spec = spec(
+    "health_command",
+    "--health-command",
+    "LEADERD_HEALTH_COMMAND",
+    "health.command",
+)
+.value("CMD")
+.under(HEALTH)
+.help("Lead only while this command exits 0; split like a shell's words, run without a shell");
+pub const INTERVAL: Spec = spec(
+    "health_interval",
+    "--health-interval",
+    "LEADERD_HEALTH_INTERVAL",
+    "health.interval",
+)
+.value("DUR")
+.under(HEALTH)
+.help("Time between the starts of two health checks")
+.default("2s");
+pub const TIMEOUT: Spec = spec(
+    "health_timeout",
+    "--health-timeout",
+    "LEADERD_HEALTH_TIMEOUT",
+    "health.timeout",
+)
+.value("DUR")
+.under(HEALTH)
+.help("A check not answered within this fails (a command is killed, with its process group)")
+.default("1s");
+pub const FAILURES: Spec = spec(
+    "health_failures",
+    "--health-failures",
+    "LEADERD_HEALTH_FAILURES",
+    "health.failures",
+)
+.value("N")
+.under(HEALTH)
+.help("Unhealthy after N failed checks in a row")
+.default("3");
+pub const SUCCESSES: Spec = spec(
+    "health_successes",
+    "--health-successes",
+    "LEADERD_HEALTH_SUCCESSES",
+    "health.successes",
+)
+.value("N")
+.under(HEALTH)
+.help("Healthy again after N passed checks in a row")
+.default("1");
+pub const START_PERIOD: Spec = spec(
+    "health_start_period",
+    "--health-start-period",
+    "LEADERD_HEALTH_START_PERIOD",
+    "health.start_period",
+)
+.value("DUR")
+.under(HEALTH)
+.help("Failures are not counted this long after leaderd (or, with a child, the child) started")
+.default("0s");
+pub const POLICY: Spec = spec(
+    "health_policy",
+    "--health-policy",
+    "LEADERD_HEALTH_POLICY",
+    "health.policy",
+)
+.value("POLICY")
+.under(HEALTH)
+.help("gate: an unhealthy worker's candidate does not campaign, and a leader steps down; report: only show it")
+.choices(&["gate", "report"])
+.default("gate");
+
+/// The rows, in the order of `--help`, `check` and the docs.
+pub const OPTIONS: [&Spec; 8] = [
+    &URL,
+    &COMMAND,
+    &INTERVAL,
+    &TIMEOUT,
+    &FAILURES,
+    &SUCCESSES,
+    &START_PERIOD,
+    &POLICY,
+];
+
+fn parse_url(text: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(text.trim()).map_err(|e| {
+        format!(
+            "`{}` is not a URL ({e}); give http://HOST:PORT/PATH",
+            redact_url(text)
+        )
+    })?;
+    match url.scheme() {
+        "http" | "https" if url.host().is_some() => Ok(url),
+        _ => Err(format!(
+            "`{}` is not an http:// or https:// URL; give the worker's health endpoint, e.g. http://127.0.0.1:8080/ready",
+            redact_url(text)
+        )),
+    }
+}
+
+fn parse_command(text: &str) -> Result<Vec<String>, String> {
+    let words = shell_words::split(text)
+        .map_err(|e| format!("`{text}` cannot be split into words ({e}); check its quotes"))?;
+    if words.is_empty() {
+        return Err("the command is empty; give a program and its arguments, e.g. `pg_isready -h 127.0.0.1`".into());
+    }
+    Ok(words)
+}
+
+fn parse_count(text: &str) -> Result<u32, String> {
+    text.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|&n| (1..=1000).contains(&n))
+        .ok_or_else(|| format!("`{}` is not a count from 1 to 1000", text.trim()))
+}
+
+fn parse_policy(text: &str) -> Result<Policy, String> {
+    match text.trim() {
+        "gate" => Ok(Policy::Gate),
+        "report" => Ok(Policy::Report),
+        other => Err(format!(
+            "`{other}` is not a health policy; use gate or report"
+        )),
+    }
+}
+
+/// The health check, if one is configured; the other health options alone
+/// are an error (they would silently do nothing).
+pub fn resolve(
+    r: &Resolver<'_>,
+    note: &mut impl FnMut(&'static str, String, &Origin),
+) -> Result<Option<HealthConfig>, ConfigError> {
+    let url = r.scalar(&URL, parse_url)?;
+    let command = r.scalar(&COMMAND, parse_command)?;
+    let probe = match (url, command) {
+        (Some(u), Some(c)) => {
+            return Err(ConfigError(format!(
+                "both a health URL ({}) and a health command ({}) are set; choose one",
+                u.origin, c.origin
+            )));
+        }
+        (Some(u), None) => {
+            note(
+                "health.url",
+                format!("{:?}", redact_url(u.value.as_str())),
+                &u.origin,
+            );
+            Probe::Http(u.value)
+        }
+        (None, Some(c)) => {
+            note(
+                "health.command",
+                format!("{:?}", shell_words::join(&c.value)),
+                &c.origin,
+            );
+            Probe::Command(c.value)
+        }
+        (None, None) => {
+            let others = &OPTIONS[2..];
+            if let Some(origin) = r.given(others) {
+                return Err(ConfigError(format!(
+                    "{origin}: a health option, but no health check is configured; give --health URL or --health-command CMD, or remove it"
+                )));
+            }
+            note(
+                "health.url",
+                "\"none (no gating)\"".into(),
+                &Origin::Default("none"),
+            );
+            return Ok(None);
+        }
+    };
+    let duration =
+        |spec: &'static Spec, default: Duration| -> Result<Value<Duration>, ConfigError> {
+            Ok(or_default(
+                r.scalar(spec, positive(parse_duration))?,
+                default,
+                "",
+            ))
+        };
+    let interval = duration(&INTERVAL, Duration::from_secs(2))?;
+    let timeout = duration(&TIMEOUT, Duration::from_secs(1))?;
+    let start_period = or_default(r.scalar(&START_PERIOD, parse_duration)?, Duration::ZERO, "");
+    let failures = or_default(r.scalar(&FAILURES, parse_count)?, 3, "");
+    let successes = or_default(r.scalar(&SUCCESSES, parse_count)?, 1, "");
+    let policy = or_default(r.scalar(&POLICY, parse_policy)?, Policy::Gate, "");
+    if timeout.value > interval.value {
+        return Err(ConfigError(format!(
+            "health.timeout = {} ({}) is longer than health.interval = {} ({}): a check would still run when the next is due; shorten the timeout or lengthen the interval",
+            show(timeout.value),
+            timeout.origin,
+            show(interval.value),
+            interval.origin
+        )));
+    }
+    for (name, v) in [
+        ("health.interval", &interval),
+        ("health.timeout", &timeout),
+        ("health.start_period", &start_period),
+    ] {
+        note(name, format!("{:?}", show(v.value)), &v.origin);
+    }
+    note(
+        "health.failures",
+        failures.value.to_string(),
+        &failures.origin,
+    );
+    note(
+        "health.successes",
+        successes.value.to_string(),
+        &successes.origin,
+    );
+    note(
+        "health.policy",
+        format!("{:?}", policy.value.as_str()),
+        &policy.origin,
+    );
+    Ok(Some(HealthConfig {
+        probe,
+        interval: interval.value,
+        timeout: timeout.value,
+        failures: failures.value,
+        successes: successes.value,
+        start_period: start_period.value,
+        policy: policy.value,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::Case;
+
+    #[test]
+    fn a_url_or_a_command_from_flag_env_or_file() {
+        let c = Case::new()
+            .args(|a| a.set(&URL, "http://127.0.0.1:8080/ready"))
+            .build()
+            .unwrap();
+        let h = c.health.expect("configured");
+        assert_eq!(
+            h.probe,
+            Probe::Http(url::Url::parse("http://127.0.0.1:8080/ready").unwrap())
+        );
+        assert_eq!(
+            (
+                h.interval,
+                h.timeout,
+                h.failures,
+                h.successes,
+                h.start_period,
+                h.policy
+            ),
+            (
+                Duration::from_secs(2),
+                Duration::from_secs(1),
+                3,
+                1,
+                Duration::ZERO,
+                Policy::Gate
+            )
+        );
+        assert_eq!(h.hold(), Duration::from_secs(6));
+
+        let c = Case::new()
+            .env("LEADERD_HEALTH_COMMAND", "pg_isready -h '127.0.0.1' -q")
+            .env("LEADERD_HEALTH_POLICY", "report")
+            .build()
+            .unwrap();
+        let h = c.health.unwrap();
+        assert_eq!(
+            h.probe,
+            Probe::Command(vec![
+                "pg_isready".into(),
+                "-h".into(),
+                "127.0.0.1".into(),
+                "-q".into()
+            ])
+        );
+        assert_eq!(h.policy, Policy::Report);
+
+        let c = Case::new()
+            .file("[health]\ncommand = \"true\"\ninterval = \"500ms\"\ntimeout = \"200ms\"\nfailures = 2\nsuccesses = 2\nstart_period = \"30s\"\n")
+            .build()
+            .unwrap();
+        let h = c.health.unwrap();
+        assert_eq!(
+            (
+                h.interval,
+                h.timeout,
+                h.failures,
+                h.successes,
+                h.start_period
+            ),
+            (
+                Duration::from_millis(500),
+                Duration::from_millis(200),
+                2,
+                2,
+                Duration::from_secs(30)
+            )
+        );
+        assert!(Case::new().build().unwrap().health.is_none());
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_its_source_and_fix() {
+        let cases: Vec<(Case, &str)> = vec![
+            (
+                Case::new()
+                    .env("LEADERD_HEALTH", "http://127.0.0.1/")
+                    .env("LEADERD_HEALTH_COMMAND", "true"),
+                "choose one",
+            ),
+            (
+                Case::new().env("LEADERD_HEALTH_INTERVAL", "5s"),
+                "LEADERD_HEALTH_INTERVAL: a health option, but no health check is configured",
+            ),
+            (
+                Case::new().env("LEADERD_HEALTH", "127.0.0.1:8080/ready"),
+                "give http://HOST:PORT/PATH",
+            ),
+            (
+                Case::new().env("LEADERD_HEALTH", "unix:/run/worker.sock"),
+                "not an http:// or https:// URL",
+            ),
+            (
+                Case::new().env("LEADERD_HEALTH", "http://u:hunter2@[::1/"),
+                "not a URL",
+            ),
+            (
+                Case::new().env("LEADERD_HEALTH_COMMAND", "check 'unclosed"),
+                "check its quotes",
+            ),
+            (
+                Case::new().env("LEADERD_HEALTH_COMMAND", "   "),
+                "the command is empty",
+            ),
+            (
+                Case::new()
+                    .env("LEADERD_HEALTH", "http://127.0.0.1/")
+                    .env("LEADERD_HEALTH_FAILURES", "0"),
+                "LEADERD_HEALTH_FAILURES: `0` is not a count from 1 to 1000",
+            ),
+            (
+                Case::new()
+                    .env("LEADERD_HEALTH", "http://127.0.0.1/")
+                    .env("LEADERD_HEALTH_TIMEOUT", "3s"),
+                "health.timeout = 3s (LEADERD_HEALTH_TIMEOUT) is longer than health.interval = 2s",
+            ),
+            (
+                Case::new()
+                    .env("LEADERD_HEALTH", "http://127.0.0.1/")
+                    .env("LEADERD_HEALTH_POLICY", "warn"),
+                "use gate or report",
+            ),
+        ];
+        for (case, expected) in cases {
+            let err = case.err();
+            assert!(err.contains(expected), "{err:?} lacks {expected:?}");
+            assert!(!err.contains("hunter2"), "a password leaked: {err}");
+        }
+    }
+}
