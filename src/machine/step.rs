@@ -126,7 +126,7 @@ impl Machine {
         match (*state, event) {
             (S::Idle, E::Started) => match self.health {
                 Some(gate) if gate.wait_for_first_check => {
-                    to(S::waiting(now, false, true), &[], Reason::WorkerUnhealthy)
+                    to(S::waiting(now, false, true), &[], Reason::FirstHealthCheck)
                 }
                 _ => to(S::acquiring(false), &[Action::Acquire], Reason::Start),
             },
