@@ -378,7 +378,7 @@ pub async fn check(config: Config) -> Result<ExitCode, Failure> {
         println!("# ok: {line}");
     }
     if let (Some(prober), Some(h)) = (health, &config.health) {
-        let checks_child = !config.child.command.is_empty();
+        let checks_child = h.target == crate::health::Checked::Child;
         println!(
             "{}",
             crate::health::check_once(&prober, h, checks_child).await

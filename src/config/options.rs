@@ -305,7 +305,7 @@ pub const LOG_LEVEL: Spec = spec("log_level", "--log-level", "RUST_LOG", "log.le
 pub const HEAD: [&Spec; 3] = [&CONFIG, &KEY, &ID];
 
 /// The common options after the backends'.
-pub const TAIL: [&Spec; 26] = [
+pub const TAIL: [&Spec; 27] = [
     &TTL,
     &RENEW_INTERVAL,
     &RENEW_DEADLINE,
@@ -328,6 +328,7 @@ pub const TAIL: [&Spec; 26] = [
     &health::SUCCESSES,
     &health::START_PERIOD,
     &health::POLICY,
+    &health::TARGET,
     &ADMIN_SOCKET,
     &STEP_DOWN_HOLD,
     &LOG_FORMAT,

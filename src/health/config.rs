@@ -1,7 +1,7 @@
 //! The health check's options, each declared once (flag, env, TOML key,
 //! default, help), and their resolution into a [`HealthConfig`].
 
-use super::{HealthConfig, Policy, Probe};
+use super::{Checked, HealthConfig, Policy, Probe};
 use crate::config::options::{Spec, spec};
 use crate::config::{ConfigError, Origin, Resolver, Value, or_default, parse_duration, positive};
 use crate::config::{redact_url, show_duration as show};
@@ -84,8 +84,20 @@ pub const POLICY: Spec = spec(
 .choices(&["gate", "report"])
 .default("gate");
 
+pub const TARGET: Spec = spec(
+    "health_target",
+    "--health-target",
+    "LEADERD_HEALTH_TARGET",
+    "health.target",
+)
+.value("WHAT")
+.under(HEALTH)
+.help("worker: a worker beside leaderd, checked from the start, no campaign before a first pass; child: the child itself, checked only while it runs (standbys count as healthy)")
+.choices(&["worker", "child"])
+.default("worker");
+
 /// The rows, in the order of `--help`, `check` and the docs.
-pub const OPTIONS: [&Spec; 8] = [
+pub const OPTIONS: [&Spec; 9] = [
     &URL,
     &COMMAND,
     &INTERVAL,
@@ -94,6 +106,7 @@ pub const OPTIONS: [&Spec; 8] = [
     &SUCCESSES,
     &START_PERIOD,
     &POLICY,
+    &TARGET,
 ];
 
 fn parse_url(text: &str) -> Result<url::Url, String> {
@@ -121,6 +134,16 @@ fn parse_command(text: &str) -> Result<Vec<String>, String> {
     Ok(words)
 }
 
+fn parse_target(text: &str) -> Result<Checked, String> {
+    match text.trim() {
+        "worker" => Ok(Checked::Worker),
+        "child" => Ok(Checked::Child),
+        other => Err(format!(
+            "`{other}` is not a health target; use worker or child"
+        )),
+    }
+}
+
 fn parse_count(text: &str) -> Result<u32, String> {
     text.trim()
         .parse::<u32>()
@@ -141,8 +164,10 @@ fn parse_policy(text: &str) -> Result<Policy, String> {
 
 /// The health check, if one is configured; the other health options alone
 /// are an error (they would silently do nothing).
+/// `has_child`: a command is configured (the child can be the target).
 pub fn resolve(
     r: &Resolver<'_>,
+    has_child: bool,
     note: &mut impl FnMut(&'static str, String, &Origin),
 ) -> Result<Option<HealthConfig>, ConfigError> {
     let url = r.scalar(&URL, parse_url)?;
@@ -199,6 +224,13 @@ pub fn resolve(
     let failures = or_default(r.scalar(&FAILURES, parse_count)?, 3, "");
     let successes = or_default(r.scalar(&SUCCESSES, parse_count)?, 1, "");
     let policy = or_default(r.scalar(&POLICY, parse_policy)?, Policy::Gate, "");
+    let target = or_default(r.scalar(&TARGET, parse_target)?, Checked::Worker, "");
+    if target.value == Checked::Child && !has_child {
+        return Err(ConfigError(format!(
+            "health.target = child ({}), but no command is configured; give the command after -- (leaderd run --health-target child ... -- COMMAND), or check a worker beside leaderd (health.target = worker)",
+            target.origin
+        )));
+    }
     if timeout.value > interval.value {
         return Err(ConfigError(format!(
             "health.timeout = {} ({}) is longer than health.interval = {} ({}): a check would still run when the next is due; shorten the timeout or lengthen the interval",
@@ -230,6 +262,11 @@ pub fn resolve(
         format!("{:?}", policy.value.as_str()),
         &policy.origin,
     );
+    let shown = match target.value {
+        Checked::Worker => "worker",
+        Checked::Child => "child",
+    };
+    note("health.target", format!("{shown:?}"), &target.origin);
     Ok(Some(HealthConfig {
         probe,
         interval: interval.value,
@@ -238,6 +275,7 @@ pub fn resolve(
         successes: successes.value,
         start_period: start_period.value,
         policy: policy.value,
+        target: target.value,
     }))
 }
 
@@ -368,6 +406,12 @@ mod tests {
                     .env("LEADERD_HEALTH", "http://127.0.0.1/")
                     .env("LEADERD_HEALTH_POLICY", "warn"),
                 "use gate or report",
+            ),
+            (
+                Case::new()
+                    .env("LEADERD_HEALTH", "http://127.0.0.1/")
+                    .env("LEADERD_HEALTH_TARGET", "child"),
+                "health.target = child (LEADERD_HEALTH_TARGET), but no command is configured",
             ),
         ];
         for (case, expected) in cases {

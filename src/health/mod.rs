@@ -5,11 +5,12 @@
 //! shows it (`report`). The driver never blocks the control loop: a check
 //! runs on its own task, bounded by its timeout.
 //!
-//! What is checked decides when: a worker beside leaderd (no child) is
-//! checked from the start and is not trusted before a first pass, so a
-//! candidate whose worker is not up yet does not campaign. A child is
-//! checked only while it runs — standbys have none to check and count as
-//! healthy — and the start period counts from each start of the child.
+//! What is checked (`--health-target`) decides when: a worker beside
+//! leaderd (the default, with or without a child) is checked from the start
+//! and is not trusted before a first pass, so a candidate whose worker is
+//! not up yet does not campaign. The child itself is checked only while it
+//! runs — standbys have none to check and count as healthy — and the start
+//! period counts from each start of the child.
 //!
 //! - `config`: the options; `tally`: results → verdict (pure);
 //!   `probe`: one HTTP or command check.
@@ -57,6 +58,16 @@ pub struct HealthConfig {
     pub successes: u32,
     pub start_period: Duration,
     pub policy: Policy,
+    pub target: Checked,
+}
+
+/// What the check probes (`--health-target`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked {
+    /// A worker beside leaderd: checked from leaderd's start.
+    Worker,
+    /// The child itself: checked while it runs.
+    Child,
 }
 
 impl HealthConfig {

@@ -5,7 +5,7 @@
 
 use super::Ident;
 use crate::health::probe::Prober;
-use crate::health::{self, HealthConfig, Policy, Target, Verdict};
+use crate::health::{self, Checked, HealthConfig, Policy, Target, Verdict};
 use crate::machine::{Event, HealthGate, State};
 use crate::metrics::Metrics;
 use crate::status::{Change, Changes, Snapshot, Worker};
@@ -32,9 +32,9 @@ impl Health {
         metrics: Arc<Metrics>,
         status: &watch::Sender<Snapshot>,
     ) -> (Health, Option<HealthGate>) {
-        let target = match work.child_running() {
-            Some(running) => Target::Child(running),
-            None => Target::Worker,
+        let target = match (config.target, work.child_running()) {
+            (Checked::Child, Some(running)) => Target::Child(running),
+            _ => Target::Worker,
         };
         let checks_child = matches!(target, Target::Child(_));
         status.send_modify(|s| {
