@@ -15,6 +15,7 @@ mod etcd;
 mod failover;
 mod faults;
 mod fixtures;
+mod health;
 mod http;
 mod layout;
 mod local_files;

@@ -12,6 +12,7 @@ pub mod proxy;
 pub mod redlock;
 pub mod sentinel;
 pub mod tls;
+pub mod worker;
 pub mod zookeeper;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -91,7 +91,11 @@ fn answer(mut stream: TcpStream, mode: &AtomicU8, answered: &Mutex<Vec<Answered>
         passed,
     });
     drop(log);
-    let code = if passed { "200 OK" } else { "503 Service Unavailable" };
+    let code = if passed {
+        "200 OK"
+    } else {
+        "503 Service Unavailable"
+    };
     let _ = write!(
         stream,
         "HTTP/1.1 {code}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
