@@ -378,3 +378,88 @@ fn report_policy_shows_an_unhealthy_worker_but_keeps_leading() {
     assert!(failure.unwrap().contains("HTTP 503"));
     assert!(node.is_leader(), "report only: the leader kept leading");
 }
+
+#[test]
+fn with_health_target_child_only_the_running_child_is_checked() {
+    let redis = Redis::start();
+    let key = support::key("health-child");
+    let dir = support::Scratch::new("health-child");
+    let endpoints = [Worker::start(Mode::Healthy), Worker::start(Mode::Unhealthy)];
+    let logs: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("c{i}.log"))).collect();
+    let child = ["--health-target", "child", "--health-failures", "2"];
+    let first = candidate(&redis, &key, "c0", &endpoints[0], &logs[0], &child);
+    first.wait_leading(WAIT);
+    // The standby runs no child, so nothing is checked: it counts as
+    // healthy, although the endpoint its child would serve says 503.
+    let with_start = [&child[..], &["--health-start-period", "3s"]].concat();
+    let second = candidate(&redis, &key, "c1", &endpoints[1], &logs[1], &with_start);
+    eventually(WAIT, "the standby to be up", || second.leader().map(|_| ()));
+    assert_eq!(worker_of(&second), (Some(true), None));
+    assert_eq!(
+        endpoints[1].answered().len(),
+        0,
+        "a standby's child endpoint was checked"
+    );
+
+    // The leader's child turns unhealthy: it steps down, the standby leads.
+    endpoints[0].set(Mode::Unhealthy);
+    second.wait_leading(WAIT);
+    first.wait_log(WAIT, "worker unhealthy: stepping down");
+    // Its child stopped, its verdict goes with it.
+    first.wait_log(WAIT, "the child is not running");
+    assert_eq!(worker_of(&first).0, Some(true));
+    // The new leader's child fails from its start, but not before the start
+    // period is over: it runs at least that long.
+    second.wait_log(WAIT, "worker unhealthy: stepping down");
+    let events = support::probe_events(&logs[1]);
+    let start = events.iter().find(|e| e.kind == "start").expect("started");
+    let stop = eventually(WAIT, "the child to stop", || {
+        support::probe_events(&logs[1])
+            .into_iter()
+            .find(|e| e.kind == "stop")
+    });
+    let ran = Duration::from_nanos((stop.ns - start.ns) as u64);
+    assert!(
+        ran >= Duration::from_secs(3),
+        "condemned within its start period, after {ran:?}"
+    );
+    assert_eq!(most_alive(&logs), 1, "two children at once");
+}
+
+#[test]
+fn each_change_of_health_is_one_event_on_the_stream_and_one_log_line() {
+    let dir = support::Scratch::new("health-sse");
+    let worker = Worker::start(Mode::Healthy);
+    let (lock, health) = (dir.join("lock"), worker.url());
+    let args = ["--lock-file", path_str(&lock), "--health", &health];
+    let fast = [
+        "--health-interval",
+        "200ms",
+        "--health-timeout",
+        "100ms",
+        "--health-failures",
+        "1",
+    ];
+    let node = Leaderd::run("sse", &[&args[..], &fast].concat());
+    node.wait_leading(WAIT);
+    let mut lines = crate::http::subscribe(&node, None);
+    let _headers: Vec<String> = lines.by_ref().take_while(|l| !l.is_empty()).collect();
+    worker.set(Mode::Unhealthy);
+    let events = crate::http::read_events(&mut lines, 4);
+    let (name, _, data) = &events[1];
+    assert_eq!(name, "health", "{events:#?}");
+    assert!(data.contains("\"reason\":\"worker unhealthy\""), "{data}");
+    assert!(data.contains("\"worker_healthy\":false"), "{data}");
+    assert!(events[2].2.contains("\"state\":\"pausing\""), "{events:#?}");
+    // Checks go on every 200 ms; the log says it once per change.
+    let before = worker.answered().len();
+    eventually(WAIT, "five more checks", || {
+        (worker.answered().len() >= before + 5).then_some(())
+    });
+    let said = node
+        .log()
+        .iter()
+        .filter(|l| l.contains("worker unhealthy:"))
+        .count();
+    assert_eq!(said, 1, "{:#?}", node.log());
+}

@@ -86,7 +86,7 @@ fn a_loopback_listener_serves_only_loopback_host_names() {
 }
 
 /// Reads SSE events (name, id, data) until `n` have come or the stream ends.
-fn read_events(
+pub(crate) fn read_events(
     lines: &mut impl Iterator<Item = String>,
     n: usize,
 ) -> Vec<(String, String, String)> {
@@ -113,7 +113,10 @@ fn read_events(
     events
 }
 
-fn subscribe(node: &Leaderd, last_event_id: Option<&str>) -> impl Iterator<Item = String> + use<> {
+pub(crate) fn subscribe(
+    node: &Leaderd,
+    last_event_id: Option<&str>,
+) -> impl Iterator<Item = String> + use<> {
     let mut stream = connect(node);
     let resume = last_event_id.map_or(String::new(), |id| format!("Last-Event-ID: {id}\r\n"));
     write!(
