@@ -14,6 +14,9 @@
 #[allow(dead_code)]
 mod support;
 
+#[path = "handover/health.rs"]
+mod health;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -859,6 +862,24 @@ fn main() {
         on_zk.idle(3, Duration::from_secs(20)),
     );
     println!("(CPU is read from /proc in clock ticks of 10 ms: over 20 s, one tick is 0.05 %.)");
+    println!();
+    let health_dir = dir.join("health");
+    std::fs::create_dir_all(&health_dir).expect("bench dir");
+    let step_downs = health::step_downs(&bench.redis, &exe, &health_dir, 10);
+    println!("| worker health, K = 3 on Redis, checks every 500 ms | median | max | n |");
+    println!("|---|---|---|---|");
+    row(
+        "leader's worker condemned (2nd failed check) → next leader's child running",
+        &step_downs,
+    );
+    println!();
+    println!(
+        "| health check cost, one leader on a lock file, 20 s | CPU | checks | CPU per check |"
+    );
+    println!("|---|---|---|---|");
+    for (name, cpu, n, per) in health::cost(&health_dir, Duration::from_secs(20)) {
+        println!("| {name} | {cpu:.3} % | {n} | {per:.3} ms |");
+    }
     println!();
     let size = std::fs::metadata(support::BIN).map_or(0, |m| m.len());
     println!(
