@@ -9,15 +9,8 @@ use std::collections::HashSet;
 
 const MS: Duration = Duration::from_millis(1);
 
-/// Whether `state` remembers an unhealthy worker.
 fn unhealthy(state: &State) -> bool {
-    match *state {
-        State::Acquiring { unhealthy, .. }
-        | State::Pausing { unhealthy, .. }
-        | State::Releasing { unhealthy, .. }
-        | State::Waiting { unhealthy, .. } => unhealthy,
-        _ => false,
-    }
+    state.worker_unhealthy()
 }
 
 fn campaigns(actions: &[Action]) -> bool {

@@ -195,6 +195,18 @@ impl State {
         )
     }
 
+    /// Whether this state remembers an unhealthy worker (see
+    /// [`Event::WorkerUnhealthy`]): no campaign until it is healthy.
+    pub fn worker_unhealthy(&self) -> bool {
+        match *self {
+            State::Acquiring { unhealthy, .. }
+            | State::Pausing { unhealthy, .. }
+            | State::Releasing { unhealthy, .. }
+            | State::Waiting { unhealthy, .. } => unhealthy,
+            _ => false,
+        }
+    }
+
     /// The lease we hold and run the work under: only while working or
     /// renewing. Pausing is already stepping down.
     pub fn leading(&self) -> Option<Lease> {

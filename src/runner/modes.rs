@@ -55,7 +55,9 @@ impl Once {
             return None;
         }
         if !self.started {
-            if self.answered
+            // An unhealthy worker never lets an acquire out: the deadline
+            // alone decides then.
+            if (self.answered || state.worker_unhealthy())
                 && Instant::now() >= self.deadline
                 && state.leading().is_none()
                 && state.name() != StateName::Acquiring

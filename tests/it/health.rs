@@ -463,3 +463,25 @@ fn each_change_of_health_is_one_event_on_the_stream_and_one_log_line() {
         .count();
     assert_eq!(said, 1, "{:#?}", node.log());
 }
+
+#[test]
+fn run_once_with_a_worker_that_never_passes_gives_up_at_the_deadline() {
+    let dir = support::Scratch::new("health-once");
+    let lock = dir.join("lock");
+    let args = [
+        "--lock-file",
+        path_str(&lock),
+        "--health-command",
+        "false",
+        "--wait",
+        "1s",
+    ];
+    let mut node = Leaderd::run("once", &[&args[..], &["--", "true"]].concat());
+    let status = node.wait_exit(WAIT);
+    assert_eq!(status.code(), Some(75), "{:#?}", node.log());
+    assert!(
+        node.log()
+            .iter()
+            .any(|l| l.contains("not leader within --wait"))
+    );
+}

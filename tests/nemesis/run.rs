@@ -7,6 +7,7 @@ use crate::links::Links;
 use crate::schedule::{self, Kind, Planned};
 use crate::support::backends::Scene;
 use crate::support::os::mono_ns;
+use crate::support::worker::{Mode, Worker};
 use crate::support::{self, Leaderd};
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
@@ -17,6 +18,17 @@ pub const TTL: Duration = Duration::from_secs(2);
 pub const RETRY: Duration = Duration::from_millis(300);
 /// Before the first fault: the first leader, and Redlock's masters warm.
 const WARMUP: Duration = Duration::from_secs(5);
+
+/// Every candidate checks its worker (`Kind::Sick` turns one unhealthy):
+/// condemned after two failed checks, 400 ms of hold-off after a step-down.
+const HEALTH: [&str; 6] = [
+    "--health-interval",
+    "200ms",
+    "--health-timeout",
+    "150ms",
+    "--health-failures",
+    "2",
+];
 
 /// How soon a leader must be back after the last fault healed: a TTL for
 /// the lease to lapse, a TTL more when it ended without a release (the
@@ -38,6 +50,8 @@ pub struct Fleet {
     pub ports: Ports,
     /// Each candidate's own proxies to the store, and its flags.
     links: Links,
+    /// Each candidate's worker, whose health endpoint it checks.
+    workers: Vec<Worker>,
 }
 
 impl Fleet {
@@ -52,6 +66,7 @@ impl Fleet {
             retired: Vec::new(),
             ports: Ports::default(),
             links: Links::new(&args, k),
+            workers: (0..k).map(|_| Worker::start(Mode::Healthy)).collect(),
         };
         fleet.ports = std::sync::Arc::new(std::sync::Mutex::new(vec![0; k]));
         for i in 0..k {
@@ -61,9 +76,12 @@ impl Fleet {
     }
 
     pub fn launch(&mut self, i: usize) {
-        let probe = support::probe_child();
+        let (probe, health) = (support::probe_child(), self.workers[i].url());
         let mut args: Vec<&str> = self.links.args[i].iter().map(String::as_str).collect();
+        args.extend_from_slice(&HEALTH);
         args.extend_from_slice(&[
+            "--health",
+            &health,
             "--",
             &probe,
             support::path_str(&self.logs[i]),
@@ -181,6 +199,10 @@ fn begin(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet) -> Op
             }
             links.has(i)
         }
+        Kind::Sick => {
+            fleet.workers[fleet.target(p.pick)].set(Mode::Unhealthy);
+            true
+        }
         Kind::ChildCrash => match fleet.leader().and_then(|l| running_child(&fleet.logs[l])) {
             Some(pid) => {
                 support::os::kill(pid as u32, libc::SIGKILL);
@@ -202,6 +224,7 @@ fn end(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet, target:
     match p.kind {
         Kind::Overwrite => scene.delete(key),
         Kind::Isolate | Kind::Slow => fleet.links.heal(target),
+        Kind::Sick => fleet.workers[target].set(Mode::Healthy),
         Kind::Cut => scene.heal(),
         Kind::FreezeOne => scene.thaw_one(),
         Kind::Crash => scene.recover(),

@@ -8,8 +8,9 @@
 //! store faults (the lease deleted, the data lost, one node restarted) come
 //! only while no lasting store fault is in force (a frozen server cannot be
 //! told to delete). Faults of leaderd itself (SIGSTOP, SIGKILL, SIGTERM of a
-//! candidate, its child crashing) and of one candidate's way to the store
-//! (cut off, slowed, its connections reset) overlap everything, at random. Half the
+//! candidate, its child crashing, its worker failing its health check) and
+//! of one candidate's way to the store (cut off, slowed, its connections
+//! reset) overlap everything, at random. Half the
 //! faults a store tolerates (one node frozen) come alone, with a quiet
 //! stretch before them: only then can C6 say whether the store kept
 //! electing through them.
@@ -74,6 +75,9 @@ pub enum Kind {
     Slow,
     /// One candidate's connections to the store closed under it.
     Reset,
+    /// One candidate's worker failing its health check, healthy again at
+    /// the heal (the leader's, when `pick` is even: a health step-down).
+    Sick,
 }
 
 impl Kind {
@@ -93,6 +97,7 @@ impl Kind {
             Kind::Isolate => "isolate",
             Kind::Slow => "slow",
             Kind::Reset => "reset",
+            Kind::Sick => "sick-worker",
         }
     }
 
@@ -126,7 +131,7 @@ pub const QUIET: Duration = Duration::from_millis(7000);
 
 /// How the catalogue is weighted; store faults count double, since they are
 /// where the backends differ.
-const WEIGHTS: [(Kind, u64); 14] = [
+const WEIGHTS: [(Kind, u64); 15] = [
     (Kind::Cut, 3),
     (Kind::FreezeOne, 3),
     (Kind::Crash, 2),
@@ -141,6 +146,7 @@ const WEIGHTS: [(Kind, u64); 14] = [
     (Kind::Isolate, 2),
     (Kind::Slow, 2),
     (Kind::Reset, 2),
+    (Kind::Sick, 2),
 ];
 
 /// The schedule for a run of `length` with lease `ttl`: faults from
@@ -175,7 +181,7 @@ pub fn plan(
         }
         let lasts = match kind {
             Kind::Cut | Kind::Crash | Kind::Isolate => rng.millis(ttl_ms / 4, ttl_ms * 5 / 2),
-            Kind::Overwrite | Kind::Slow => rng.millis(ttl_ms / 4, ttl_ms * 2),
+            Kind::Overwrite | Kind::Slow | Kind::Sick => rng.millis(ttl_ms / 4, ttl_ms * 2),
             // Past the TTL, and past C6's bound (the TTL, the retry interval
             // and the store's failover): the store must keep electing.
             Kind::FreezeOne => rng.millis(ttl_ms * 3, ttl_ms * 5),
