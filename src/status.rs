@@ -41,6 +41,8 @@ pub struct Snapshot {
     pub leading_since: Option<SystemTime>,
     /// The worker's health, where a check is configured.
     pub worker: Option<Worker>,
+    /// The live records of the candidates registry, as last read.
+    pub candidates: Vec<crate::lease::registry::Record>,
 }
 
 /// The worker's health as the checks last judged it.
@@ -68,6 +70,7 @@ impl Snapshot {
             shutting_down: false,
             leading_since: None,
             worker: None,
+            candidates: Vec::new(),
         }
     }
 
@@ -93,6 +96,7 @@ impl Snapshot {
             (None, Some(o)) => (o.id.clone(), o.fencing_token),
             (None, None) => (None, None),
         };
+        let leader_id = leader.clone();
         LeaderView {
             is_leader: held.is_some(),
             id: id.to_string(),
@@ -120,6 +124,10 @@ impl Snapshot {
             duplicate_id: held.is_none() && observed.is_some_and(|o| o.id.as_deref() == Some(id)),
             backend_nodes: None,
             worker_healthy: self.worker.as_ref().map(|w| w.healthy.unwrap_or(false)),
+            candidates: crate::lease::registry::in_order(
+                self.candidates.clone(),
+                leader_id.as_deref(),
+            ),
             worker_last_failure: self.worker.as_ref().and_then(|w| w.last_failure.clone()),
         }
     }
@@ -152,6 +160,9 @@ pub struct LeaderView {
     /// With a health check: whether the worker is healthy now (`false`
     /// before its first pass); absent without one.
     pub worker_healthy: Option<bool>,
+    /// Every registered candidate, in the order they would lead (the
+    /// holder first), as this candidate last read the registry.
+    pub candidates: Vec<crate::lease::registry::Record>,
     /// With a health check: the reason the checks gave when they last
     /// found the worker unhealthy (kept after it recovers).
     #[serde(skip_serializing_if = "Option::is_none")]

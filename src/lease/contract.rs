@@ -2,6 +2,7 @@
 //! is the contract), what its operations return, its errors, and what it is
 //! opened with ([`Common`], [`Registration`]).
 
+use super::registry::Record;
 use crate::config::{Backend, Declared};
 use crate::timing::Timing;
 use std::future::Future;
@@ -291,11 +292,15 @@ pub trait LeaseBackend: Send {
         None
     }
 
-    /// The candidates in the order they would lead, the holder first, where
-    /// the store keeps them (ZooKeeper's queue); `None` where it does not.
-    async fn candidates(&mut self) -> Result<Option<Vec<String>>, Error> {
-        Ok(None)
-    }
+    /// Writes this candidate's record in the registry beside the lease,
+    /// live for a TTL from now unless written again (`None`: removes it),
+    /// and returns every live record, ours included, in no order. One round
+    /// trip where the store allows: every candidate calls it every renew
+    /// interval, leader or not.
+    async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error>;
+
+    /// Every live record, without writing ours (`status`).
+    async fn candidates(&mut self) -> Result<Vec<Record>, Error>;
 
     /// Ends what the backend keeps open before leaderd exits, after any
     /// release (a ZooKeeper session, whose place in the queue would

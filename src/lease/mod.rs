@@ -31,6 +31,7 @@ pub mod file;
 mod pem;
 pub mod postgres;
 pub mod redis;
+pub mod registry;
 mod rewatch;
 pub(crate) mod vacancy;
 pub mod zookeeper;

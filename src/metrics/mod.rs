@@ -94,6 +94,7 @@ pub struct Metrics {
     /// With a health check only (see [`Metrics::with_health`]).
     worker_healthy: Gauge,
     health_checks: Family<ResultLabel, Counter>,
+    candidates: Gauge,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -129,6 +130,7 @@ impl Metrics {
             last_nodes: std::sync::Mutex::new(None),
             worker_healthy: Gauge::default(),
             health_checks: Family::default(),
+            candidates: Gauge::default(),
             registry: Registry::default(),
         };
         let build_info = Family::<BuildLabels, Gauge>::default();
@@ -215,6 +217,11 @@ impl Metrics {
             m.master_status.clone(),
         );
         registry.register(
+            "leaderd_candidates",
+            "Candidates in the registry beside the lease, as this instance last read it (itself included)",
+            m.candidates.clone(),
+        );
+        registry.register(
             "leaderd_log_lines_dropped",
             "Log lines dropped because stderr was not read fast enough, or was closed",
             m.log_lines_dropped.clone(),
@@ -248,6 +255,10 @@ impl Metrics {
             self.health_checks.clone(),
         );
         self
+    }
+
+    pub fn candidates(&self, n: usize) {
+        self.candidates.set(n as i64);
     }
 
     pub fn health_check(&self, passed: bool) {

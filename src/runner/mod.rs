@@ -6,6 +6,7 @@
 mod health;
 mod log;
 mod modes;
+mod registry;
 mod report;
 
 pub use modes::EXIT_NOT_LEADER;
@@ -13,9 +14,11 @@ pub use modes::EXIT_NOT_LEADER;
 use health::Health;
 use log::{Line, log_transition};
 use modes::{Once, step_down};
+use registry::Registration;
 use report::{ErrorLog, absorb, notice_duplicate_id};
 
 use crate::config::Config;
+use crate::lease::registry::{Priority, Record};
 use crate::lease::{self, Acquire, LeaseBackend, Renew};
 use crate::machine::{Action, Event, Machine, Reason, State, StateName};
 use crate::metrics::Metrics;
@@ -27,17 +30,19 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 enum Op {
     Acquire,
     Renew,
     Release,
+    Register(Record),
 }
 
 enum Report {
     Acquire(Result<Acquire, lease::Error>),
     Renew(Result<Renew, lease::Error>),
     Release(Result<bool, lease::Error>),
+    Register(Result<Vec<Record>, lease::Error>),
 }
 
 /// Where the runner reports what happens: the snapshot `/leader` reads, the
@@ -100,6 +105,7 @@ pub async fn run(
     };
     let (ops, op_rx) = mpsc::unbounded_channel();
     let (report_tx, mut reports) = mpsc::unbounded_channel();
+    let (registered_tx, mut registered) = mpsc::unbounded_channel();
     let (notice_tx, mut notices) = mpsc::unbounded_channel();
     let stop_watching = CancellationToken::new();
     let watcher = backend.watch_releases(
@@ -107,7 +113,13 @@ pub async fn run(
         notice_tx,
         stop_watching.clone(),
     );
-    let worker = tokio::spawn(lease_worker(backend, op_rx, report_tx, metrics.clone()));
+    let worker = tokio::spawn(lease_worker(
+        backend,
+        op_rx,
+        report_tx,
+        registered_tx,
+        metrics.clone(),
+    ));
     let mut errors = ErrorLog::default();
     let mut state = State::Idle;
     let mut exit = false;
@@ -127,6 +139,11 @@ pub async fn run(
         started: false,
     });
     let hold = config.admin.step_down_hold;
+    let mut registration = Registration::new(
+        &config.id,
+        Priority::default(),
+        config.timing.renew_interval,
+    );
     let mut duplicate_warned = false;
     status.send_modify(|s| {
         s.ready = true;
@@ -200,11 +217,21 @@ pub async fn run(
         let wake = machine
             .next_deadline(&state)
             .map(|d| with_jitter(d, &state));
+        let healthy = status.borrow().worker.as_ref().and_then(|w| w.healthy);
+        let register_at = registration.due(healthy).filter(|_| !shutdown_seen);
         next = tokio::select! {
             _ = shutdown.cancelled(), if !shutdown_seen => {
                 shutdown_seen = true;
                 status.send_modify(|s| s.shutting_down = true);
                 Some(Event::ShutdownRequested)
+            }
+            _ = sleep_until(register_at), if register_at.is_some() => {
+                drop(ops.send(Op::Register(registration.record(healthy))));
+                None
+            }
+            Some(Report::Register(result)) = registered.recv() => {
+                registration.answered(result, &status, &metrics);
+                None
             }
             Some(report) = reports.recv() => {
                 let released = matches!(report, Report::Release(_));
@@ -282,6 +309,7 @@ async fn lease_worker(
     mut backend: Box<dyn LeaseBackend>,
     mut ops: mpsc::UnboundedReceiver<Op>,
     reports: mpsc::UnboundedSender<Report>,
+    registered: mpsc::UnboundedSender<Report>,
     metrics: Arc<Metrics>,
 ) {
     while let Some(op) = ops.recv().await {
@@ -289,6 +317,7 @@ async fn lease_worker(
         let report = match op {
             Op::Acquire => Report::Acquire(backend.acquire().await),
             Op::Renew => Report::Renew(backend.renew().await),
+            Op::Register(me) => Report::Register(backend.register(Some(&me)).await),
             Op::Release => {
                 let mut result = backend.release().await;
                 if matches!(
@@ -305,10 +334,16 @@ async fn lease_worker(
         let (name, result) = report.outcome();
         metrics.lease_op(name, result, started.elapsed());
         metrics.backend_nodes(backend.nodes());
-        if reports.send(report).is_err() {
+        let to = match report {
+            Report::Register(_) => &registered,
+            _ => &reports,
+        };
+        if to.send(report).is_err() {
             break;
         }
     }
+    // Off the registry, so the others do not list us for another TTL.
+    let _ = backend.register(None).await;
     backend.close().await;
 }
 

@@ -30,6 +30,8 @@ impl Report {
             Report::Release(Ok(true)) => ("release", "ok"),
             Report::Release(Ok(false)) => ("release", "lost"),
             Report::Release(Err(e)) => ("release", failed(e)),
+            Report::Register(Ok(_)) => ("register", "ok"),
+            Report::Register(Err(e)) => ("register", failed(e)),
         }
     }
 }
@@ -55,6 +57,9 @@ pub(super) fn absorb(
         });
     };
     match report {
+        // Registrations go to `Registration::answered`, never here; a timer
+        // tick changes nothing in any state.
+        Report::Register(_) => Event::Tick,
         Report::Acquire(Ok(Acquire::Won {
             fencing_token,
             sent_at,

@@ -20,6 +20,7 @@
 mod check;
 mod client;
 pub mod config;
+mod registry;
 mod term;
 mod watch;
 
@@ -28,6 +29,7 @@ use crate::lease::contract::open_as;
 use crate::lease::contract::{
     Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew,
 };
+use crate::lease::registry::Record;
 use crate::lease::vacancy::{Vacancies, Verdict};
 use crate::timing::Timing;
 use client::{Client, b64, int};
@@ -54,6 +56,7 @@ pub struct EtcdLease {
     /// The largest token we handed out: never again.
     spent: i64,
     vacancies: Vacancies,
+    registry: registry::Registry,
 }
 
 /// Nobody: a vacancy's or a missing holder's [`Holder`].
@@ -96,6 +99,7 @@ impl EtcdLease {
             fencing: 0,
             spent: 0,
             vacancies: Vacancies::default(),
+            registry: registry::Registry::new(base, id, timing.ttl),
         }
     }
 
@@ -413,6 +417,14 @@ impl LeaseBackend for EtcdLease {
             expires_in,
             contested: false,
         })
+    }
+
+    async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
+        self.registry.register(&mut self.client, me).await
+    }
+
+    async fn candidates(&mut self) -> Result<Vec<Record>, Error> {
+        self.registry.candidates(&mut self.client).await
     }
 
     fn watch_releases(

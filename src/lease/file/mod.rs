@@ -19,8 +19,10 @@
 
 pub mod config;
 mod held;
+mod registry;
 
 use super::contract::{Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew};
+use super::registry::Record;
 use super::vacancy::{Vacancies, Verdict};
 use crate::config::Backend;
 use crate::lease::contract::open_as;
@@ -406,6 +408,18 @@ impl LeaseBackend for FileLease {
 
     async fn release(&mut self) -> Result<bool, Error> {
         Ok(self.release_now())
+    }
+
+    async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
+        let path = registry::path_for(&self.path);
+        registry::register(&path, &self.id, me, self.ttl, true)
+            .map_err(|e| self.error(format!("its candidates registry {}: {e}", path.display())))
+    }
+
+    async fn candidates(&mut self) -> Result<Vec<Record>, Error> {
+        let path = registry::path_for(&self.path);
+        registry::register(&path, &self.id, None, self.ttl, false)
+            .map_err(|e| self.error(format!("its candidates registry {}: {e}", path.display())))
     }
 
     async fn peek(&mut self) -> Result<Peek, Error> {

@@ -166,12 +166,7 @@ impl PgLease {
             token: None,
             session: None,
             highest_fencing: 0,
-            statements: super::Statements {
-                acquire: self.statements.acquire.clone(),
-                renew: self.statements.renew.clone(),
-                release: self.statements.release.clone(),
-                peek: self.statements.peek.clone(),
-            },
+            statements: self.statements.clone(),
             pg: self.pg.clone(),
             id: self.id.clone(),
             timing: self.timing,

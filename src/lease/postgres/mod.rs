@@ -27,6 +27,7 @@ use crate::lease::contract::open_as;
 use crate::lease::contract::{
     Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew, new_token,
 };
+use crate::lease::registry::Record;
 use crate::timing::Timing;
 use config::{PgConfig, PgMode};
 use std::time::Duration;
@@ -68,11 +69,14 @@ impl Drop for Session {
     }
 }
 
+#[derive(Clone)]
 struct Statements {
     acquire: String,
     renew: String,
     release: String,
     peek: String,
+    register: String,
+    candidates: String,
 }
 
 /// PostgreSQL: a lease table, optionally with a session advisory lock.
@@ -102,6 +106,8 @@ impl PgLease {
                 renew: sql::renew(&pg.table),
                 release: sql::release(&pg.table),
                 peek: sql::peek(&pg.table),
+                register: sql::register(&pg.table),
+                candidates: sql::candidates(&pg.table),
             },
             channel: channel(&pg.table.name, &common.key),
             pg: pg.clone(),
@@ -377,6 +383,33 @@ impl LeaseBackend for PgLease {
             expires_in,
             contested: false,
         })
+    }
+
+    async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
+        let statement = self.statements.register.clone();
+        let json = me.map(|r| serde_json::to_string(r).expect("a record always serialises"));
+        let ttl_ms = self.timing.ttl.as_millis() as i64;
+        let (key, id) = (self.key.clone(), self.id.clone());
+        let rows = self
+            .run(
+                &statement,
+                &[
+                    (&key, Type::TEXT),
+                    (&id, Type::TEXT),
+                    (&json, Type::TEXT),
+                    (&ttl_ms, Type::INT8),
+                ],
+            )
+            .await?;
+        Ok(sql::records(&rows))
+    }
+
+    async fn candidates(&mut self) -> Result<Vec<Record>, Error> {
+        let statement = self.statements.candidates.clone();
+        let rows = self
+            .run(&statement, &[(&self.key.clone(), Type::TEXT)])
+            .await?;
+        Ok(sql::records(&rows))
     }
 
     fn watch_releases(

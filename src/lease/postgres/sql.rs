@@ -130,6 +130,42 @@ pub fn peek(table: &PgTable) -> String {
     )
 }
 
+/// The server's clock in ms, as the registry's expiries count it.
+const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// The candidates registry: the row `KEY#candidates`, whose `holder` is a
+/// JSON object of every candidate's record and expiry on the server's clock
+/// (`{"id": {"r": record, "x": ms}}`), rewritten under the row's lock by
+/// each registration, so two candidates registering at once both land.
+/// `$1` key, `$2` our id, `$3` our record's JSON (NULL removes it), `$4`
+/// ttl in ms. Returns the live records, ours included, one per row.
+pub fn register(table: &PgTable) -> String {
+    format!(
+        "WITH mine AS (
+  SELECT CASE WHEN $3::text IS NULL THEN '{{}}'::jsonb
+    ELSE jsonb_build_object($2::text, jsonb_build_object('r', $3::text, 'x', {NOW_MS} + $4::bigint)) END AS e),
+written AS (
+  INSERT INTO {t} AS c (key, holder) VALUES ($1 || '#candidates', (SELECT e FROM mine)::text)
+  ON CONFLICT (key) DO UPDATE SET holder = (
+    SELECT (coalesce(jsonb_object_agg(j.k, j.v), '{{}}'::jsonb) || (SELECT e FROM mine))::text
+    FROM jsonb_each(coalesce(c.holder, '{{}}')::jsonb) AS j(k, v)
+    WHERE (j.v->>'x')::bigint > {NOW_MS} AND j.k <> $2::text)
+  RETURNING holder)
+SELECT j.v->>'r' FROM written, jsonb_each(written.holder::jsonb) AS j(k, v)",
+        t = table.quoted,
+    )
+}
+
+/// `$1` key. The live records of the registry (see [`register`]).
+pub fn candidates(table: &PgTable) -> String {
+    format!(
+        "SELECT j.v->>'r' FROM {t},
+  jsonb_each(CASE WHEN key = $1 || '#candidates' THEN coalesce(holder, '{{}}')::jsonb ELSE '{{}}'::jsonb END) AS j(k, v)
+WHERE key = $1 || '#candidates' AND (j.v->>'x')::bigint > {NOW_MS}",
+        t = table.quoted,
+    )
+}
+
 /// Whether the table exists and what the session may do with it: `$1` the
 /// table's name as `to_regclass` reads it.
 pub const PRIVILEGES: &str = "SELECT to_regclass($1) IS NOT NULL AS exists,
@@ -139,3 +175,13 @@ pub const PRIVILEGES: &str = "SELECT to_regclass($1) IS NOT NULL AS exists,
 
 /// Whether the session's server is a standby.
 pub const SERVER: &str = "SELECT pg_is_in_recovery()";
+
+/// The records in the rows of [`register`] or [`candidates`]: one JSON text
+/// per row; what does not parse is skipped.
+pub fn records(rows: &[tokio_postgres::Row]) -> Vec<crate::lease::registry::Record> {
+    let texts: Vec<String> = rows
+        .iter()
+        .filter_map(|row| row.try_get::<_, Option<String>>(0).ok().flatten())
+        .collect();
+    crate::lease::registry::parse_all(texts.iter().map(String::as_bytes))
+}

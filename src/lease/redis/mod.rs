@@ -13,6 +13,7 @@ pub mod config;
 mod config_tests;
 mod link;
 pub mod redlock;
+pub mod registry;
 mod restarts;
 mod route;
 mod script;
@@ -26,6 +27,7 @@ use super::contract::{
 };
 use crate::config::Backend;
 use crate::lease::contract::open_as;
+use crate::lease::registry::Record;
 use config::RedisConfig;
 use link::{Link, classify};
 use redis::Value;
@@ -44,6 +46,8 @@ pub struct RedisLease {
     fence_key: String,
     wake_key: String,
     channel: String,
+    registry_key: String,
+    id: String,
     id_json: String,
     ttl_ms: u64,
     /// The ownership token of the lease we hold or may hold (after a timeout).
@@ -159,6 +163,8 @@ impl RedisLease {
             fence_key,
             wake_key,
             channel,
+            registry_key: registry::key(key),
+            id: id.to_string(),
             id_json: serde_json::to_string(id).expect("a string always serialises"),
             ttl_ms: ttl.as_millis() as u64,
             token: None,
@@ -388,6 +394,19 @@ impl LeaseBackend for RedisLease {
         stop: CancellationToken,
     ) -> Option<JoinHandle<()>> {
         Some(wake::watch(self.wake_queue(), retry, notices, stop))
+    }
+
+    async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
+        let (key, id) = (&self.registry_key, &self.id);
+        let call = registry::register(&self.scripts, key, id, me, self.ttl_ms);
+        let reply = self.link.invoke(&call).await?;
+        registry::records(&reply, &self.link.url)
+    }
+
+    async fn candidates(&mut self) -> Result<Vec<Record>, Error> {
+        let call = registry::candidates(&self.scripts, &self.registry_key);
+        let reply = self.link.invoke(&call).await?;
+        registry::records(&reply, &self.link.url)
     }
 
     /// Runs acquire, renew and release on a scratch election (`KEY.check`)

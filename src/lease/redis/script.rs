@@ -17,6 +17,9 @@ pub(super) struct Scripts {
     /// a lease a node lost.
     pub(super) commit: Script,
     pub(super) reclaim: Script,
+    /// The candidates registry: write ours and read all, or only read.
+    pub(super) register: Script,
+    pub(super) candidates: Script,
     /// Every script's source, loaded on each new connection.
     pub(super) sources: Vec<String>,
 }
@@ -30,6 +33,8 @@ impl Scripts {
             include_str!("lua/peek.lua"),
             include_str!("lua/commit.lua"),
             include_str!("lua/reclaim.lua"),
+            include_str!("lua/register.lua"),
+            include_str!("lua/candidates.lua"),
         ]
         .iter()
         .map(|body| format!("{HOLDER}\n{body}"))
@@ -41,6 +46,8 @@ impl Scripts {
             peek: Script::new(&sources[3]),
             commit: Script::new(&sources[4]),
             reclaim: Script::new(&sources[5]),
+            register: Script::new(&sources[6]),
+            candidates: Script::new(&sources[7]),
             sources,
         }
     }

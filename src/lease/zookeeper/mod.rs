@@ -27,6 +27,7 @@
 mod check;
 pub mod config;
 mod election;
+mod registry;
 mod session;
 mod watch;
 
@@ -35,9 +36,10 @@ use crate::lease::contract::open_as;
 use crate::lease::contract::{
     Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew, new_token,
 };
+use crate::lease::registry::Record;
 use crate::timing::Timing;
 use config::ZkConfig;
-use election::{id_in, sorted};
+use election::id_in;
 use session::{Failure, Session};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -83,19 +85,22 @@ pub struct ZkLease {
     /// What the watcher watches now (the node we wait on, or our own lease
     /// node), with the session to watch it through.
     aim: tokio::sync::watch::Sender<Option<watch::Aim>>,
+    registry: registry::Registry,
 }
 
 impl ZkLease {
     pub fn open(config: &ZkConfig, common: &Common) -> ZkLease {
         let base = format!("{}/{}", config.prefix, common.key);
+        let nonce = new_token()[..16].to_string();
         ZkLease {
+            registry: registry::Registry::new(&base, &nonce),
             config: config.clone(),
             leader: format!("{base}/leader"),
             base,
             id: common.id.clone(),
             timing: common.timing,
             // Not secret: the session is what owns the nodes.
-            mark: format!("c-{}-", &new_token()[..16]),
+            mark: format!("c-{nonce}-"),
             session: None,
             queued: None,
             term: None,
@@ -284,24 +289,20 @@ impl LeaseBackend for ZkLease {
         }
     }
 
-    /// The queue's ids, in order: every queue node's data.
-    async fn candidates(&mut self) -> Result<Option<Vec<String>>, Error> {
+    async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
         let s = self.session().await?;
-        let children = match s.call(&self.base, s.client.list_children(&self.base)).await {
-            Ok(children) => children,
-            Err(Failure::NoNode) => Vec::new(),
-            Err(f) => return Err(self.failed(f)),
-        };
-        let mut ids = Vec::new();
-        for name in sorted(&children) {
-            let path = format!("{}/{name}", self.base);
-            match s.call(&path, s.client.get_data(&path)).await {
-                Ok((data, _)) => ids.push(id_in(&data).unwrap_or(name)),
-                Err(Failure::NoNode) => {}
-                Err(f) => return Err(self.failed(f)),
-            }
+        match self.registry.register(&s, me).await {
+            Ok(records) => Ok(records),
+            Err(f) => Err(self.failed(f)),
         }
-        Ok(Some(ids))
+    }
+
+    async fn candidates(&mut self) -> Result<Vec<Record>, Error> {
+        let s = self.session().await?;
+        match self.registry.read(&s).await {
+            Ok(records) => Ok(records),
+            Err(f) => Err(self.failed(f)),
+        }
     }
 
     fn watch_releases(

@@ -30,3 +30,24 @@ local function held_or_term(key, term)
   local record, standing = held_by(term)
   return record, standing, record ~= nil
 end
+
+-- The candidates registry at `key` (see register.lua) as a table of id →
+-- entry, skipping anything that is not an entry; empty when the key is
+-- missing or holds something leaderd did not write.
+local function registry_entries(key)
+  local entries = {}
+  local raw = redis.call('GET', key)
+  if not raw then
+    return entries
+  end
+  local ok, all = pcall(cjson.decode, raw)
+  if not ok or type(all) ~= 'table' then
+    return entries
+  end
+  for id, e in pairs(all) do
+    if type(id) == 'string' and type(e) == 'table' and type(e.r) == 'string' and tonumber(e.x) then
+      entries[id] = e
+    end
+  end
+  return entries
+end

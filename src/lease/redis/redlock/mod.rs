@@ -22,8 +22,9 @@ use super::config::{RedisTls, RedlockConfig};
 use super::link::Link;
 use super::script::{Reply, Scripts, eval, parse_reply};
 use super::urls::{RedisUrl, WaitReplicas};
-use super::{Keys, blocked, keys, route, tls, wake};
+use super::{Keys, blocked, keys, registry, route, tls, wake};
 use crate::lease::contract::{Acquire, Common, Error, LeaseBackend, Nodes, Peek, Renew};
+use crate::lease::registry::Record;
 use crate::timing::Timing;
 use futures_util::future::join_all;
 use redis::{Cmd, Value};
@@ -39,6 +40,7 @@ pub struct Redlock {
     nodes: Vec<Link>,
     quorum: usize,
     keys: Keys,
+    registry_key: String,
     id_json: String,
     timing: Timing,
     /// The ownership token of the lease we hold or may hold on some master
@@ -79,6 +81,7 @@ impl Redlock {
             quorum: tally::quorum(nodes.len()),
             nodes,
             keys: keys(&common.key),
+            registry_key: registry::key(&common.key),
             id_json: serde_json::to_string(&common.id).expect("a string always serialises"),
             timing: common.timing,
             token: None,
@@ -367,6 +370,22 @@ impl LeaseBackend for Redlock {
                 contested: true,
             },
         })
+    }
+
+    async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
+        let id: String = serde_json::from_str(&self.id_json).expect("id_json is a JSON string");
+        let ttl_ms = self.timing.ttl.as_millis() as u64;
+        let call = registry::register(&self.scripts, &self.registry_key, &id, me, ttl_ms);
+        let replies = self.on_all(&call).await;
+        let urls: Vec<&str> = self.nodes.iter().map(|n| n.url.as_str()).collect();
+        registry::union(replies, &urls)
+    }
+
+    async fn candidates(&mut self) -> Result<Vec<Record>, Error> {
+        let call = registry::candidates(&self.scripts, &self.registry_key);
+        let replies = self.on_all(&call).await;
+        let urls: Vec<&str> = self.nodes.iter().map(|n| n.url.as_str()).collect();
+        registry::union(replies, &urls)
     }
 
     fn nodes(&self) -> Option<Nodes> {

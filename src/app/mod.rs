@@ -1,9 +1,14 @@
 //! The three commands (`run`, `status`, `check`) wired from their parts, and
 //! the mapping of their outcomes to exit codes (PRODUCT §1).
 
+mod status;
+
+use status::describe_peek;
+pub use status::status;
+
 use crate::config::{Config, ConfigError};
 use crate::health::probe::Prober;
-use crate::lease::{self, LeaseBackend, Peek};
+use crate::lease::{self, LeaseBackend};
 use crate::metrics::Metrics;
 use crate::status::{Changes, Snapshot};
 use crate::work::Work;
@@ -248,86 +253,6 @@ fn child_spec(config: &Config) -> Result<Option<ChildSpec>, Failure> {
         on_exit: config.child.on_exit,
         restart_limit: config.child.restart_limit,
     }))
-}
-
-#[derive(serde::Serialize)]
-struct StatusView<'a> {
-    key: &'a str,
-    backend: String,
-    held: bool,
-    leader: Option<String>,
-    fencing_token: Option<u64>,
-    expires_in_ms: Option<u64>,
-    /// Redlock: no holder on a majority, and no majority free.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    contested: bool,
-    /// Every candidate in the order they would lead, where the backend
-    /// keeps them (ZooKeeper).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    candidates: Option<Vec<String>>,
-}
-
-/// `leaderd status`: exit 0 when held, 3 when vacant, 1 when unreachable.
-pub async fn status(config: Config, json: bool) -> Result<ExitCode, Failure> {
-    let mut backend = backend(&config)?;
-    let peek = backend.peek().await.map_err(Failure::Backend)?;
-    let holder = peek.holder.clone();
-    let candidates = backend.candidates().await.map_err(Failure::Backend)?;
-    let view = StatusView {
-        key: &config.key,
-        backend: backend.describe(),
-        held: holder.is_some(),
-        leader: holder.as_ref().and_then(|h| h.id.clone()),
-        fencing_token: holder.as_ref().and_then(|h| h.fencing_token),
-        expires_in_ms: peek.expires_in.map(|d| d.as_millis() as u64),
-        contested: peek.contested,
-        candidates,
-    };
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string(&view).expect("plain struct serialises")
-        );
-    } else {
-        println!("{}", describe_peek(&config.key, &peek));
-        if let Some(candidates) = &view.candidates {
-            println!(
-                "candidates, in the order they lead: {}",
-                candidates.join(", ")
-            );
-        }
-    }
-    Ok(if view.held {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(3)
-    })
-}
-
-fn describe_peek(key: &str, peek: &Peek) -> String {
-    let Some(holder) = &peek.holder else {
-        if peek.contested {
-            let left = peek.expires_in.map_or(String::new(), |d| {
-                format!("; the first lapses in {}", crate::config::show_duration(d))
-            });
-            return format!(
-                "{key}: contested: no holder on a majority of the masters, and no majority free (an acquire in progress, or the leftovers of failed ones){left}"
-            );
-        }
-        return format!("{key}: vacant");
-    };
-    let who = holder
-        .id
-        .as_deref()
-        .unwrap_or("<a value leaderd did not write>");
-    let token = holder
-        .fencing_token
-        .map_or("unknown".to_string(), |t| t.to_string());
-    let left = match peek.expires_in {
-        Some(d) => format!("expires in {}", crate::config::show_duration(d)),
-        None => "no expiry known".to_string(),
-    };
-    format!("{key}: held by {who}, fencing token {token}, {left}")
 }
 
 /// `leaderd check --offline`: the effective configuration, validated, with

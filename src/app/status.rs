@@ -1,0 +1,129 @@
+//! `leaderd status`: who holds the lease, its fencing token and time left,
+//! and the registered candidates in the order they would lead.
+
+use super::{Failure, backend};
+use crate::config::{Config, show_duration};
+use crate::lease::Peek;
+use crate::lease::registry::{Record, in_order};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[derive(serde::Serialize)]
+struct StatusView<'a> {
+    key: &'a str,
+    backend: String,
+    held: bool,
+    leader: Option<String>,
+    fencing_token: Option<u64>,
+    expires_in_ms: Option<u64>,
+    /// Redlock: no holder on a majority of masters, and no majority free.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    contested: bool,
+    /// Every registered candidate, in the order they would lead.
+    candidates: Vec<Record>,
+}
+
+/// `leaderd status`: exit 0 when held, 3 when vacant, 1 when unreachable.
+pub async fn status(config: Config, json: bool) -> Result<ExitCode, Failure> {
+    let mut backend = backend(&config)?;
+    let peek = backend.peek().await.map_err(Failure::Backend)?;
+    let holder = peek.holder.clone();
+    let leader = holder.as_ref().and_then(|h| h.id.clone());
+    let candidates = match backend.candidates().await {
+        Ok(records) => in_order(records, leader.as_deref()),
+        Err(e) => {
+            eprintln!("warning: cannot read the candidates registry: {e}");
+            Vec::new()
+        }
+    };
+    let view = StatusView {
+        key: &config.key,
+        backend: backend.describe(),
+        held: holder.is_some(),
+        leader,
+        fencing_token: holder.as_ref().and_then(|h| h.fencing_token),
+        expires_in_ms: peek.expires_in.map(|d| d.as_millis() as u64),
+        contested: peek.contested,
+        candidates,
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&view).expect("plain struct serialises")
+        );
+    } else {
+        println!("{}", describe_peek(&config.key, &peek));
+        print!(
+            "{}",
+            describe_candidates(&view.candidates, view.leader.as_deref())
+        );
+    }
+    Ok(if view.held {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
+}
+
+/// One line per candidate, in order: `  c2  leader  priority 1.14.2  worker
+/// healthy  leaderd 0.1.0  up 3m12s`.
+pub fn describe_candidates(records: &[Record], leader: Option<&str>) -> String {
+    if records.is_empty() {
+        return "no candidates registered\n".to_string();
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let width = records.iter().map(|r| r.id.len()).max().unwrap_or(0);
+    let mut out = format!(
+        "{} candidate(s), in the order they would lead:\n",
+        records.len()
+    );
+    for r in records {
+        let role = if Some(r.id.as_str()) == leader {
+            "leader "
+        } else {
+            "standby"
+        };
+        let health = match r.healthy {
+            Some(true) => "  worker healthy",
+            Some(false) => "  worker UNHEALTHY",
+            None => "",
+        };
+        let up = Duration::from_millis(now.saturating_sub(r.since_ms) / 1000 * 1000);
+        out.push_str(&format!(
+            "  {:width$}  {role}  priority {}{health}  leaderd {}  up {}\n",
+            r.id,
+            r.priority,
+            r.version,
+            show_duration(up),
+        ));
+    }
+    out
+}
+
+pub(super) fn describe_peek(key: &str, peek: &Peek) -> String {
+    let Some(holder) = &peek.holder else {
+        if peek.contested {
+            let left = peek.expires_in.map_or(String::new(), |d| {
+                format!("; the first lapses in {}", crate::config::show_duration(d))
+            });
+            return format!(
+                "{key}: contested: no holder on a majority of the masters, and no majority free (an acquire in progress, or the leftovers of failed ones){left}"
+            );
+        }
+        return format!("{key}: vacant");
+    };
+    let who = holder
+        .id
+        .as_deref()
+        .unwrap_or("<a value leaderd did not write>");
+    let token = holder
+        .fencing_token
+        .map_or("unknown".to_string(), |t| t.to_string());
+    let left = match peek.expires_in {
+        Some(d) => format!("expires in {}", crate::config::show_duration(d)),
+        None => "no expiry known".to_string(),
+    };
+    format!("{key}: held by {who}, fencing token {token}, {left}")
+}

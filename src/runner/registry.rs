@@ -1,0 +1,82 @@
+//! This candidate's record in the registry beside the lease: written every
+//! renew interval by every candidate (so it lives while the candidate does,
+//! and lapses a TTL after it dies), at once when its worker's health
+//! changes, and removed on the way out; each write's answer is the live
+//! records, which `/leader` lists and the metrics count.
+
+use crate::lease::registry::{Priority, Record};
+use crate::metrics::Metrics;
+use crate::status::Snapshot;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+pub(super) struct Registration {
+    id: String,
+    priority: Priority,
+    since_ms: u64,
+    every: Duration,
+    /// When the next write is due; `None` while one is out.
+    next: Option<Instant>,
+    /// The health we last wrote.
+    written: Option<bool>,
+}
+
+impl Registration {
+    pub(super) fn new(id: &str, priority: Priority, every: Duration) -> Registration {
+        Registration {
+            id: id.to_string(),
+            priority,
+            since_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            every,
+            next: Some(Instant::now()),
+            written: None,
+        }
+    }
+
+    /// When to write next: at the interval, or now if the worker's health
+    /// changed since the last write.
+    pub(super) fn due(&self, healthy: Option<bool>) -> Option<Instant> {
+        let next = self.next?;
+        Some(if healthy != self.written {
+            Instant::now().min(next)
+        } else {
+            next
+        })
+    }
+
+    /// The record to write now; the next is due when its answer came.
+    pub(super) fn record(&mut self, healthy: Option<bool>) -> Record {
+        self.next = None;
+        self.written = healthy;
+        Record {
+            id: self.id.clone(),
+            priority: self.priority.clone(),
+            healthy,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            since_ms: self.since_ms,
+        }
+    }
+
+    /// The answer: the live records, or why there are none this time (a
+    /// backend error is the lease operations' to report; logged at DEBUG).
+    pub(super) fn answered(
+        &mut self,
+        result: Result<Vec<Record>, crate::lease::Error>,
+        status: &watch::Sender<Snapshot>,
+        metrics: &Metrics,
+    ) {
+        self.next = Some(Instant::now() + self.every);
+        match result {
+            Ok(records) => {
+                metrics.candidates(records.len());
+                status.send_modify(|s| s.candidates = records);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "registration failed; written again at the next interval")
+            }
+        }
+    }
+}
