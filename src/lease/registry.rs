@@ -99,7 +99,11 @@ impl PartialOrd for Priority {
 
 impl fmt::Display for Priority {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.text.is_empty() { "0" } else { &self.text })
+        f.write_str(if self.text.is_empty() {
+            "0"
+        } else {
+            &self.text
+        })
     }
 }
 

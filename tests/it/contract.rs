@@ -446,3 +446,67 @@ fn one_node_frozen_past_the_ttl_leaves_a_leader_and_never_two() {
         );
     });
 }
+
+/// The ids `status --json` lists, in order.
+fn listed(scene: &dyn Scene, key: &str) -> Option<Vec<String>> {
+    let mut args = vec!["status", "--json"];
+    let backend = scene.args(key);
+    args.extend(backend.iter().map(String::as_str));
+    let (_, out, _) = run_to_end(&args);
+    let json: serde_json::Value = serde_json::from_str(out.trim()).ok()?;
+    Some(
+        json["candidates"]
+            .as_array()?
+            .iter()
+            .filter_map(|c| c["id"].as_str().map(str::to_string))
+            .collect(),
+    )
+}
+
+#[test]
+fn the_registry_lists_every_candidate_and_forgets_one_within_a_ttl_of_its_death() {
+    for_each_backend(|scene| {
+        let name = scene.name();
+        let key = support::key("contract-registry");
+        let mut nodes: Vec<Leaderd> = ["a", "b", "c"]
+            .iter()
+            .map(|id| candidate(scene, &key, id, TTL, None))
+            .collect();
+        let (leader, _) = support::the_leader(&nodes, PATIENCE);
+        let leader_id = nodes[leader].id.clone();
+        // The holder first, then the rest; the same in `status` and `/leader`.
+        let order = eventually(PATIENCE, "all three registered", || {
+            listed(scene, &key).filter(|ids| ids.len() == 3)
+        });
+        assert_eq!(order[0], leader_id, "{name}: {order:?}");
+        eventually(PATIENCE, "/leader to list all three", || {
+            let (_, body) = nodes[leader].leader()?;
+            let ids: Vec<&str> = body["candidates"]
+                .as_array()?
+                .iter()
+                .filter_map(|c| c["id"].as_str())
+                .collect();
+            (ids.len() == 3 && ids[0] == leader_id).then_some(())
+        });
+        // A standby killed: its record lapses within a TTL (and a second
+        // of slack for a loaded machine), never before its last write's.
+        let victim = (leader + 1) % 3;
+        let gone = nodes[victim].id.clone();
+        let killed = Instant::now();
+        nodes[victim].signal("KILL");
+        eventually(PATIENCE, "the killed candidate's record to lapse", || {
+            listed(scene, &key).filter(|ids| !ids.contains(&gone))
+        });
+        let lapsed = killed.elapsed();
+        assert!(
+            lapsed <= Duration::from_secs(3),
+            "{name}: a killed candidate stayed listed for {lapsed:?} (ttl {TTL})"
+        );
+        // One stopped: it takes its record with it on the way out.
+        let last = 3 - leader - victim;
+        nodes[last].signal("TERM");
+        nodes[last].wait_exit(PATIENCE);
+        let ids = listed(scene, &key).expect("status answers");
+        assert_eq!(ids, vec![leader_id.clone()], "{name}");
+    });
+}
