@@ -38,7 +38,7 @@ fn health_table() {
                 kill_at: (t0 + MS + m.stop_timeout)
                     .min(m.timing.kill_by(m.timing.validity_end(t0))),
                 after: AfterPause::StepDown { hold: gate.hold },
-                unhealthy: true,
+                standing: Standing::UNHEALTHY,
             },
             vec!["stop"],
         ),
@@ -58,68 +58,68 @@ fn health_table() {
                 stop_started: t0,
                 kill_at: t0 + 10 * MS,
                 after: AfterPause::StepDown { hold: gate.hold },
-                unhealthy: true,
+                standing: Standing::UNHEALTHY,
             },
             Event::WorkStopped,
             MS,
             State::Releasing {
                 after: AfterRelease::Hold { hold: gate.hold },
-                unhealthy: true,
+                standing: Standing::UNHEALTHY,
             },
             vec!["release"],
         ),
         (
             State::Releasing {
                 after: AfterRelease::Hold { hold: gate.hold },
-                unhealthy: true,
+                standing: Standing::UNHEALTHY,
             },
             Event::Released,
             MS,
-            State::waiting(t0 + MS + gate.hold, true, true),
+            State::waiting(t0 + MS + gate.hold, true, Standing::UNHEALTHY),
             vec![],
         ),
         // Healthy again within the hold: still held off.
         (
-            State::waiting(t0 + gate.hold, true, true),
+            State::waiting(t0 + gate.hold, true, Standing::UNHEALTHY),
             Event::WorkerHealthy,
             MS,
-            State::waiting(t0 + gate.hold, true, false),
+            State::waiting(t0 + gate.hold, true, Standing::CLEAR),
             vec![],
         ),
         // Healthy again after the hold: campaign at once.
         (
-            State::waiting(t0 + gate.hold, true, true),
+            State::waiting(t0 + gate.hold, true, Standing::UNHEALTHY),
             Event::WorkerHealthy,
             gate.hold,
-            State::acquiring(false),
+            State::acquiring(Standing::CLEAR),
             vec!["acquire"],
         ),
         // Unhealthy and waiting: neither the timer nor a release wakes it.
         (
-            State::waiting(t0, false, true),
+            State::waiting(t0, false, Standing::UNHEALTHY),
             Event::Tick,
             MS,
-            State::waiting(t0, false, true),
+            State::waiting(t0, false, Standing::UNHEALTHY),
             vec![],
         ),
         (
-            State::waiting(t0, false, true),
+            State::waiting(t0, false, Standing::UNHEALTHY),
             Event::ReleaseNotified,
             MS,
-            State::waiting(t0, false, true),
+            State::waiting(t0, false, Standing::UNHEALTHY),
             vec![],
         ),
         // A standby whose worker turns unhealthy stops campaigning.
         (
-            State::waiting(t0 + 5 * MS, false, false),
+            State::waiting(t0 + 5 * MS, false, Standing::CLEAR),
             Event::WorkerUnhealthy,
             MS,
-            State::waiting(t0 + 5 * MS, false, true),
+            State::waiting(t0 + 5 * MS, false, Standing::UNHEALTHY),
             vec![],
         ),
         // An acquire answered after the worker turned unhealthy: hand it back.
         (
-            State::acquiring(true),
+            State::acquiring(Standing::UNHEALTHY),
             Event::Acquired {
                 fencing_token: 9,
                 sent_at: t0,
@@ -127,22 +127,26 @@ fn health_table() {
             MS,
             State::Releasing {
                 after: AfterRelease::Wait,
-                unhealthy: true,
+                standing: Standing::UNHEALTHY,
             },
             vec!["release"],
         ),
         (
-            State::acquiring(false),
+            State::acquiring(Standing::CLEAR),
             Event::WorkerUnhealthy,
             MS,
-            State::acquiring(true),
+            State::acquiring(Standing::UNHEALTHY),
             vec![],
         ),
         (
-            State::acquiring(true),
+            State::acquiring(Standing::UNHEALTHY),
             Event::Refused { expires_in: None },
             MS,
-            State::waiting(t0 + MS + m.timing.retry_interval, false, true),
+            State::waiting(
+                t0 + MS + m.timing.retry_interval,
+                false,
+                Standing::UNHEALTHY,
+            ),
             vec![],
         ),
         // A stop under way remembers the report for what follows.
@@ -153,7 +157,7 @@ fn health_table() {
                 stop_started: t0,
                 kill_at: t0 + 10 * MS,
                 after: AfterPause::Wait,
-                unhealthy: false,
+                standing: Standing::CLEAR,
             },
             Event::WorkerUnhealthy,
             MS,
@@ -163,7 +167,7 @@ fn health_table() {
                 stop_started: t0,
                 kill_at: t0 + 10 * MS,
                 after: AfterPause::Wait,
-                unhealthy: true,
+                standing: Standing::UNHEALTHY,
             },
             vec![],
         ),
@@ -186,7 +190,7 @@ fn a_worker_checked_from_the_start_campaigns_only_after_its_first_pass() {
     };
     let t0 = Instant::now();
     let tr = gated.step(&State::Idle, Event::Started, t0);
-    assert_eq!(tr.next, State::waiting(t0, false, true));
+    assert_eq!(tr.next, State::waiting(t0, false, Standing::UNHEALTHY));
     assert!(tr.actions.is_empty());
     assert_eq!(
         gated.next_deadline(&tr.next),

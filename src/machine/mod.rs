@@ -10,6 +10,8 @@
 #[cfg(test)]
 mod health;
 #[cfg(test)]
+mod ranks;
+#[cfg(test)]
 mod sequences;
 #[cfg(test)]
 mod tests;
@@ -79,7 +81,7 @@ pub enum State {
         notified: bool,
         /// The worker turned unhealthy while the request was out: a lease
         /// that comes back is handed back, never worked on.
-        unhealthy: bool,
+        standing: Standing,
     },
     Working {
         lease: Lease,
@@ -97,30 +99,52 @@ pub enum State {
         stop_started: Instant,
         kill_at: Instant,
         after: AfterPause,
-        unhealthy: bool,
+        standing: Standing,
     },
     Releasing {
         after: AfterRelease,
-        unhealthy: bool,
+        standing: Standing,
     },
     Waiting {
         until: Instant,
         /// Held off (a step-down, a crash loop): no acquire before `until`,
         /// not even on a release wake-up.
         hold: bool,
-        /// The worker is not healthy (or not yet known to be, with health
-        /// gating): no acquire until it is, whatever the timer or a release
-        /// wake-up say.
-        unhealthy: bool,
+        /// Unhealthy: no acquire until the worker is healthy, whatever the
+        /// timer or a release wake-up say. Outranked: defer once (see
+        /// [`Standing`]).
+        standing: Standing,
     },
 }
 
-/// Where the worker's health is remembered: every state that can lead to an
-/// acquire carries an `unhealthy` flag, set and cleared by
-/// [`Event::WorkerUnhealthy`] and [`Event::WorkerHealthy`]. Working and
-/// renewing carry none: a leader whose worker turns unhealthy steps down at
-/// once, so leading implies a healthy worker.
-///
+/// What a candidate that does not lead must remember between states, carried
+/// by every state that can lead to an acquire: whether its worker is
+/// unhealthy ([`Event::WorkerUnhealthy`], [`Event::WorkerHealthy`]) and
+/// whether another candidate outranks it ([`Event::Outranked`]: a
+/// registered healthy candidate of higher priority, or the successor the
+/// leader named). Working and renewing carry none: a leader whose worker
+/// turns unhealthy steps down at once, and a leader that is outranked hands
+/// over by a step-down the runner decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Standing {
+    /// No campaign until the worker is healthy again.
+    pub unhealthy: bool,
+    /// At a vacancy, hold off once for the retry interval, so the
+    /// candidate that outranks this one takes the lease first.
+    pub outranked: bool,
+}
+
+impl Standing {
+    pub const CLEAR: Standing = Standing {
+        unhealthy: false,
+        outranked: false,
+    };
+    pub const UNHEALTHY: Standing = Standing {
+        unhealthy: true,
+        outranked: false,
+    };
+}
+
 /// The state names of PRODUCT §3, as spelled in logs, `/leader` and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StateName {
@@ -198,12 +222,19 @@ impl State {
     /// Whether this state remembers an unhealthy worker (see
     /// [`Event::WorkerUnhealthy`]): no campaign until it is healthy.
     pub fn worker_unhealthy(&self) -> bool {
+        self.standing().unhealthy
+    }
+
+    /// What this state remembers of the worker's health and the other
+    /// candidates; leading states remember nothing (leading implies a
+    /// healthy worker, and outranking is the runner's to act on).
+    pub fn standing(&self) -> Standing {
         match *self {
-            State::Acquiring { unhealthy, .. }
-            | State::Pausing { unhealthy, .. }
-            | State::Releasing { unhealthy, .. }
-            | State::Waiting { unhealthy, .. } => unhealthy,
-            _ => false,
+            State::Acquiring { standing, .. }
+            | State::Pausing { standing, .. }
+            | State::Releasing { standing, .. }
+            | State::Waiting { standing, .. } => standing,
+            _ => Standing::CLEAR,
         }
     }
 
@@ -263,6 +294,9 @@ pub enum Event {
     /// The worker's health check failed `--health-failures` times in a row:
     /// a standby stops campaigning, a leader steps down.
     WorkerUnhealthy,
+    /// Whether a registered healthy candidate of higher priority (or the
+    /// successor the leader named) outranks this one, from the registry.
+    Outranked(bool),
     ShutdownRequested,
 }
 
@@ -307,6 +341,9 @@ pub enum Reason {
     WorkerHealthy,
     WorkerUnhealthy,
     FirstHealthCheck,
+    Outranked,
+    Deferred,
+    HandOver,
     Ignored,
 }
 
@@ -351,6 +388,9 @@ impl Reason {
             Reason::WorkerHealthy => "worker healthy",
             Reason::WorkerUnhealthy => "worker unhealthy",
             Reason::FirstHealthCheck => "waiting for the worker's first passing health check",
+            Reason::Outranked => "outranked: another candidate leads first",
+            Reason::Deferred => "deferring to a candidate of higher priority",
+            Reason::HandOver => "handing over to a candidate of higher priority",
             Reason::Ignored => "event does not apply in this state",
         }
     }
@@ -388,4 +428,5 @@ pub struct HealthGate {
     pub hold: Duration,
 }
 
+mod standing;
 mod step;

@@ -79,7 +79,7 @@ fn a_shutdown_between_two_wake_ups_is_not_forgotten() {
     let mut state = State::Waiting {
         until: t0,
         hold: false,
-        unhealthy: false,
+        standing: Standing::CLEAR,
     };
     for (n, (event, expected)) in steps.into_iter().enumerate() {
         let tr = m.step(&state, event.clone(), t0 + n as u32 * MS);

@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn to(next: State, actions: &[Action], reason: Reason) -> Transition {
+pub(super) fn to(next: State, actions: &[Action], reason: Reason) -> Transition {
     Transition {
         next,
         actions: actions.to_vec(),
@@ -10,7 +10,7 @@ fn to(next: State, actions: &[Action], reason: Reason) -> Transition {
     }
 }
 
-fn stay(state: &State) -> Transition {
+pub(super) fn stay(state: &State) -> Transition {
     to(*state, &[], Reason::Ignored)
 }
 
@@ -43,7 +43,7 @@ impl Machine {
     }
 
     /// Start stopping the work.
-    fn pause(
+    pub(super) fn pause(
         &self,
         lease: Option<Lease>,
         renewal: Renewal,
@@ -52,8 +52,11 @@ impl Machine {
         now: Instant,
     ) -> Transition {
         // Leading implies a healthy worker; only a step-down for health
-        // pauses with the flag set (see `step_down_unhealthy`).
-        let unhealthy = reason == Reason::WorkerUnhealthy;
+        // pauses with the flag set (see `on_health`).
+        let standing = Standing {
+            unhealthy: reason == Reason::WorkerUnhealthy,
+            outranked: false,
+        };
         let graceful = now + self.stop_timeout;
         let kill_at = lease
             .map_or(now, |l| graceful.min(self.kill_by(&l)))
@@ -64,7 +67,7 @@ impl Machine {
             stop_started: now,
             kill_at,
             after,
-            unhealthy,
+            standing,
         };
         to(next, &[Action::StopWork { kill_at }], reason)
     }
@@ -101,7 +104,10 @@ impl Machine {
             }
             // Unhealthy: nothing is due until the worker is healthy again.
             State::Waiting {
-                unhealthy: true, ..
+                standing: Standing {
+                    unhealthy: true, ..
+                },
+                ..
             } => return None,
             State::Waiting { until, .. } => return Some(*until),
             _ => return None,
@@ -125,25 +131,35 @@ impl Machine {
         }
         match (*state, event) {
             (S::Idle, E::Started) => match self.health {
-                Some(gate) if gate.wait_for_first_check => {
-                    to(S::waiting(now, false, true), &[], Reason::FirstHealthCheck)
-                }
-                _ => to(S::acquiring(false), &[Action::Acquire], Reason::Start),
+                Some(gate) if gate.wait_for_first_check => to(
+                    S::waiting(now, false, Standing::UNHEALTHY),
+                    &[],
+                    Reason::FirstHealthCheck,
+                ),
+                _ => to(
+                    S::acquiring(Standing::CLEAR),
+                    &[Action::Acquire],
+                    Reason::Start,
+                ),
             },
-            (_, health @ (E::WorkerHealthy | E::WorkerUnhealthy)) => {
-                self.on_health(state, health, now)
-            }
+            (_, E::WorkerHealthy) => self.on_health(state, false, now),
+            (_, E::WorkerUnhealthy) => self.on_health(state, true, now),
+            (_, E::Outranked(outranked)) => self.on_outranked(state, outranked),
 
             (
                 S::Acquiring {
-                    unhealthy: true, ..
+                    standing:
+                        Standing {
+                            unhealthy: true, ..
+                        },
+                    ..
                 },
                 E::Acquired { .. },
             ) => to(
                 // The worker turned unhealthy meanwhile: never work on it.
                 S::Releasing {
                     after: AfterRelease::Wait,
-                    unhealthy: true,
+                    standing: Standing::UNHEALTHY,
                 },
                 &[Action::Release],
                 Reason::WorkerUnhealthy,
@@ -165,7 +181,7 @@ impl Machine {
                     return to(
                         S::Releasing {
                             after: AfterRelease::Wait,
-                            unhealthy: false,
+                            standing: Standing::CLEAR,
                         },
                         &[Action::Release],
                         Reason::RenewDeadlinePassed,
@@ -180,34 +196,34 @@ impl Machine {
             (
                 S::Acquiring {
                     notified: true,
-                    unhealthy,
+                    standing,
                     ..
                 },
                 E::Refused { .. },
-            ) => to(S::waiting(now, false, unhealthy), &[], Reason::HeldByOther),
-            (S::Acquiring { unhealthy, .. }, E::ReleaseNotified) => to(
+            ) => to(S::waiting(now, false, standing), &[], Reason::HeldByOther),
+            (S::Acquiring { standing, .. }, E::ReleaseNotified) => to(
                 S::Acquiring {
                     shutdown: false,
                     notified: true,
-                    unhealthy,
+                    standing,
                 },
                 &[],
                 Reason::ReleaseNotified,
             ),
-            (S::Acquiring { unhealthy, .. }, E::Refused { expires_in }) => {
+            (S::Acquiring { standing, .. }, E::Refused { expires_in }) => {
                 // Look again when the holder's lease would expire: a holder that
                 // renews has pushed that out by then, and we simply look again.
                 // A release wakes us sooner (`ReleaseNotified`). Without a known
                 // expiry, poll at the retry interval.
                 let wait = expires_in.map_or(self.timing.retry_interval, |e| e + EXPIRY_SLACK);
                 to(
-                    S::waiting(now + wait, false, unhealthy),
+                    S::waiting(now + wait, false, standing),
                     &[],
                     Reason::HeldByOther,
                 )
             }
-            (S::Acquiring { unhealthy, .. }, E::AcquireFailed { misconfigured }) => to(
-                S::waiting(now + self.backoff(misconfigured), false, unhealthy),
+            (S::Acquiring { standing, .. }, E::AcquireFailed { misconfigured }) => to(
+                S::waiting(now + self.backoff(misconfigured), false, standing),
                 &[],
                 Reason::BackendError,
             ),
@@ -295,15 +311,15 @@ impl Machine {
 
             (S::Pausing { .. }, event) => self.pausing(state, event, now),
 
-            (S::Releasing { after, unhealthy }, E::Released) => match after {
+            (S::Releasing { after, standing }, E::Released) => match after {
                 AfterRelease::Exit => to(S::Idle, &[Action::Exit], Reason::Released),
                 AfterRelease::Hold { hold } => to(
-                    S::waiting(now + hold, true, unhealthy),
+                    S::waiting(now + hold, true, standing),
                     &[],
                     Reason::Released,
                 ),
                 AfterRelease::Wait => to(
-                    S::waiting(now + self.timing.retry_interval, false, unhealthy),
+                    S::waiting(now + self.timing.retry_interval, false, standing),
                     &[],
                     Reason::Released,
                 ),
@@ -313,30 +329,27 @@ impl Machine {
                 S::Waiting {
                     until,
                     hold,
-                    unhealthy: false,
+                    standing,
                 },
                 E::Tick,
-            ) if now >= until => to(
-                S::acquiring(false),
-                &[Action::Acquire],
-                if hold {
+            ) if now >= until && !standing.unhealthy => {
+                let reason = if hold {
                     Reason::HoldOver
                 } else {
                     Reason::RetryDue
-                },
-            ),
+                };
+                self.campaign(standing, hold, reason, now)
+            }
             (
                 S::Waiting {
                     hold: false,
-                    unhealthy: false,
+                    standing,
                     ..
                 },
                 E::ReleaseNotified,
-            ) => to(
-                S::acquiring(false),
-                &[Action::Acquire],
-                Reason::ReleaseNotified,
-            ),
+            ) if !standing.unhealthy => {
+                self.campaign(standing, false, Reason::ReleaseNotified, now)
+            }
 
             _ => stay(state),
         }
@@ -358,7 +371,7 @@ impl Machine {
                 to(
                     S::Releasing {
                         after: AfterRelease::Exit,
-                        unhealthy: false,
+                        standing: Standing::CLEAR,
                     },
                     &[Action::Release],
                     Reason::Shutdown,
@@ -377,7 +390,7 @@ impl Machine {
             stop_started,
             kill_at,
             after,
-            unhealthy,
+            standing,
         } = *state
         else {
             return stay(state);
@@ -389,7 +402,7 @@ impl Machine {
             stop_started,
             kill_at,
             after,
-            unhealthy,
+            standing,
         };
         match (event, lease) {
             (Event::WorkStopped, _) => match after {
@@ -400,7 +413,7 @@ impl Machine {
                         AfterRelease::Wait
                     };
                     to(
-                        State::Releasing { after, unhealthy },
+                        State::Releasing { after, standing },
                         &[Action::Release],
                         Reason::WorkStopped,
                     )
@@ -408,13 +421,13 @@ impl Machine {
                 AfterPause::StepDown { hold } => to(
                     State::Releasing {
                         after: AfterRelease::Hold { hold },
-                        unhealthy,
+                        standing,
                     },
                     &[Action::Release],
                     Reason::WorkStopped,
                 ),
                 AfterPause::Wait => to(
-                    State::waiting(now + self.timing.retry_interval, false, unhealthy),
+                    State::waiting(now + self.timing.retry_interval, false, standing),
                     &[],
                     Reason::WorkStopped,
                 ),
@@ -500,67 +513,16 @@ impl Machine {
         }
     }
 
-    /// The worker's health changed (with health gating only; see
-    /// [`HealthGate`]). A leader steps down and holds off; any other state
-    /// remembers it; a waiting candidate whose worker is healthy again
-    /// campaigns at once if its wait is over.
-    fn on_health(&self, state: &State, event: Event, now: Instant) -> Transition {
-        use State as S;
-        let Some(gate) = self.health else {
-            return stay(state);
-        };
-        let unhealthy = event == Event::WorkerUnhealthy;
-        let reason = if unhealthy {
-            Reason::WorkerUnhealthy
-        } else {
-            Reason::WorkerHealthy
-        };
-        let step_down = AfterPause::StepDown { hold: gate.hold };
-        match *state {
-            S::Working { lease } if unhealthy => {
-                self.pause(Some(lease), Renewal::IDLE, step_down, reason, now)
-            }
-            S::Renewing { lease, renewal } if unhealthy => {
-                self.pause(Some(lease), renewal, step_down, reason, now)
-            }
-            S::Idle | S::Working { .. } | S::Renewing { .. } => stay(state),
-            S::Acquiring {
-                shutdown, notified, ..
-            } => to(
-                S::Acquiring {
-                    shutdown,
-                    notified,
-                    unhealthy,
-                },
-                &[],
-                reason,
-            ),
-            S::Pausing { .. } | S::Releasing { .. } => {
-                let mut next = *state;
-                if let S::Pausing { unhealthy: u, .. } | S::Releasing { unhealthy: u, .. } =
-                    &mut next
-                {
-                    *u = unhealthy;
-                }
-                to(next, &[], reason)
-            }
-            S::Waiting { until, .. } if !unhealthy && now >= until => {
-                to(S::acquiring(false), &[Action::Acquire], reason)
-            }
-            S::Waiting { until, hold, .. } => to(S::waiting(until, hold, unhealthy), &[], reason),
-        }
-    }
-
     fn on_shutdown(&self, state: &State, now: Instant) -> Transition {
         use State as S;
         let reason = Reason::Shutdown;
         match *state {
             S::Idle => to(S::Idle, &[Action::Exit], reason),
-            S::Acquiring { unhealthy, .. } => to(
+            S::Acquiring { standing, .. } => to(
                 S::Acquiring {
                     shutdown: true,
                     notified: false,
-                    unhealthy,
+                    standing,
                 },
                 &[],
                 reason,
@@ -584,7 +546,7 @@ impl Machine {
                 renewal,
                 stop_started,
                 kill_at,
-                unhealthy,
+                standing,
                 ..
             } => {
                 let sooner = kill_at.min(now + self.stop_timeout);
@@ -601,24 +563,24 @@ impl Machine {
                         stop_started,
                         kill_at: sooner,
                         after,
-                        unhealthy,
+                        standing,
                     },
                     actions,
                     reason,
                 )
             }
-            S::Releasing { unhealthy, .. } => to(
+            S::Releasing { standing, .. } => to(
                 S::Releasing {
                     after: AfterRelease::Exit,
-                    unhealthy,
+                    standing,
                 },
                 &[],
                 reason,
             ),
-            S::Waiting { unhealthy, .. } => to(
+            S::Waiting { standing, .. } => to(
                 S::Releasing {
                     after: AfterRelease::Exit,
-                    unhealthy,
+                    standing,
                 },
                 &[Action::Release],
                 reason,
@@ -629,19 +591,19 @@ impl Machine {
 
 impl State {
     /// Campaigning, with nothing else pending.
-    pub(crate) const fn acquiring(unhealthy: bool) -> State {
+    pub(crate) const fn acquiring(standing: Standing) -> State {
         State::Acquiring {
             shutdown: false,
             notified: false,
-            unhealthy,
+            standing,
         }
     }
 
-    pub(crate) const fn waiting(until: Instant, hold: bool, unhealthy: bool) -> State {
+    pub(crate) const fn waiting(until: Instant, hold: bool, standing: Standing) -> State {
         State::Waiting {
             until,
             hold,
-            unhealthy,
+            standing,
         }
     }
 }

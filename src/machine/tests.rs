@@ -4,6 +4,11 @@ use super::*;
 
 const MS: Duration = Duration::from_millis(1);
 
+pub(super) const OUTRANKED: Standing = Standing {
+    unhealthy: false,
+    outranked: true,
+};
+
 pub(super) fn machine() -> Machine {
     Machine {
         timing: Timing::default(), // ttl 10s, renew 3.333s, deadline 6.666s, retry 2s
@@ -31,19 +36,19 @@ pub(super) fn states(t0: Instant) -> Vec<State> {
         stop_started: t0,
         kill_at: t0 + 9 * MS,
         after,
-        unhealthy: false,
+        standing: Standing::CLEAR,
     };
     vec![
         State::Idle,
         State::Acquiring {
             shutdown: false,
             notified: false,
-            unhealthy: false,
+            standing: Standing::CLEAR,
         },
         State::Acquiring {
             shutdown: true,
             notified: false,
-            unhealthy: false,
+            standing: Standing::CLEAR,
         },
         State::Working { lease: l },
         State::Renewing {
@@ -68,30 +73,33 @@ pub(super) fn states(t0: Instant) -> Vec<State> {
         ),
         State::Releasing {
             after: AfterRelease::Exit,
-            unhealthy: false,
+            standing: Standing::CLEAR,
         },
         State::Releasing {
             after: AfterRelease::Hold {
                 hold: Duration::from_secs(30),
             },
-            unhealthy: false,
+            standing: Standing::CLEAR,
         },
         State::Releasing {
             after: AfterRelease::Wait,
-            unhealthy: false,
+            standing: Standing::CLEAR,
         },
         State::Waiting {
             until: t0 + 1000 * MS,
             hold: false,
-            unhealthy: false,
+            standing: Standing::CLEAR,
         },
         State::Waiting {
             until: t0 + 1000 * MS,
             hold: true,
-            unhealthy: false,
+            standing: Standing::CLEAR,
         },
+        // Outranked: waiting, and deferring.
+        State::waiting(t0 + 1000 * MS, false, OUTRANKED),
+        State::waiting(t0 + 1000 * MS, true, OUTRANKED),
         // The worker is unhealthy: campaigning, stepping down, held off.
-        State::acquiring(true),
+        State::acquiring(Standing::UNHEALTHY),
         State::Pausing {
             lease: Some(l),
             renewal: Renewal::IDLE,
@@ -100,14 +108,14 @@ pub(super) fn states(t0: Instant) -> Vec<State> {
             after: AfterPause::StepDown {
                 hold: Duration::from_secs(6),
             },
-            unhealthy: true,
+            standing: Standing::UNHEALTHY,
         },
         State::Releasing {
             after: AfterRelease::Wait,
-            unhealthy: true,
+            standing: Standing::UNHEALTHY,
         },
-        State::waiting(t0 + 1000 * MS, false, true),
-        State::waiting(t0 + 1000 * MS, true, true),
+        State::waiting(t0 + 1000 * MS, false, Standing::UNHEALTHY),
+        State::waiting(t0 + 1000 * MS, true, Standing::UNHEALTHY),
     ]
 }
 
@@ -145,6 +153,8 @@ pub(super) fn events(t0: Instant) -> Vec<Event> {
         },
         Event::WorkerHealthy,
         Event::WorkerUnhealthy,
+        Event::Outranked(true),
+        Event::Outranked(false),
         Event::ShutdownRequested,
     ]
 }
@@ -180,7 +190,7 @@ fn transition_table() {
             State::Acquiring {
                 shutdown: false,
                 notified: false,
-                unhealthy: false,
+                standing: Standing::CLEAR,
             },
             Event::Acquired {
                 fencing_token: 7,
@@ -194,7 +204,7 @@ fn transition_table() {
             State::Acquiring {
                 shutdown: false,
                 notified: false,
-                unhealthy: false,
+                standing: Standing::CLEAR,
             },
             Event::Refused {
                 expires_in: Some(Duration::from_secs(1)),
@@ -207,7 +217,7 @@ fn transition_table() {
             State::Acquiring {
                 shutdown: false,
                 notified: false,
-                unhealthy: false,
+                standing: Standing::CLEAR,
             },
             Event::AcquireFailed {
                 misconfigured: false,
@@ -220,7 +230,7 @@ fn transition_table() {
             State::Acquiring {
                 shutdown: true,
                 notified: false,
-                unhealthy: false,
+                standing: Standing::CLEAR,
             },
             Event::Acquired {
                 fencing_token: 7,
@@ -296,7 +306,7 @@ fn transition_table() {
         (
             State::Releasing {
                 after: AfterRelease::Exit,
-                unhealthy: false,
+                standing: Standing::CLEAR,
             },
             Event::Released,
             Duration::ZERO,
@@ -306,7 +316,7 @@ fn transition_table() {
         (
             State::Releasing {
                 after: AfterRelease::Wait,
-                unhealthy: false,
+                standing: Standing::CLEAR,
             },
             Event::Released,
             Duration::ZERO,
@@ -317,7 +327,7 @@ fn transition_table() {
             State::Waiting {
                 until: t0 + 1000 * MS,
                 hold: false,
-                unhealthy: false,
+                standing: Standing::CLEAR,
             },
             Event::Tick,
             999 * MS,
@@ -328,7 +338,7 @@ fn transition_table() {
             State::Waiting {
                 until: t0 + 1000 * MS,
                 hold: false,
-                unhealthy: false,
+                standing: Standing::CLEAR,
             },
             Event::Tick,
             1000 * MS,
@@ -339,7 +349,7 @@ fn transition_table() {
             State::Waiting {
                 until: t0 + 1000 * MS,
                 hold: false,
-                unhealthy: false,
+                standing: Standing::CLEAR,
             },
             Event::ReleaseNotified,
             10 * MS,
@@ -350,7 +360,7 @@ fn transition_table() {
             State::Waiting {
                 until: t0,
                 hold: false,
-                unhealthy: false,
+                standing: Standing::CLEAR,
             },
             Event::ShutdownRequested,
             Duration::ZERO,
@@ -397,7 +407,7 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
     let acquiring = State::Acquiring {
         shutdown: false,
         notified: false,
-        unhealthy: false,
+        standing: Standing::CLEAR,
     };
     let soon = m.step(
         &acquiring,
@@ -411,7 +421,7 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
         State::Waiting {
             until: t0 + 301 * MS,
             hold: false,
-            unhealthy: false,
+            standing: Standing::CLEAR,
         }
     );
     let late = m.step(
@@ -426,7 +436,7 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
         State::Waiting {
             until: t0 + Duration::from_secs(9) + MS,
             hold: false,
-            unhealthy: false,
+            standing: Standing::CLEAR,
         },
         "no fixed poll"
     );
@@ -436,7 +446,7 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
         State::Waiting {
             until: t0 + m.timing.retry_interval,
             hold: false,
-            unhealthy: false,
+            standing: Standing::CLEAR,
         }
     );
     let auth = m.step(
@@ -451,7 +461,7 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
         State::Waiting {
             until: t0 + Duration::from_secs(10),
             hold: false,
-            unhealthy: false,
+            standing: Standing::CLEAR,
         },
         "auth errors are retried slowly"
     );
@@ -466,7 +476,7 @@ fn renewal_does_not_restart_the_work() {
             &State::Acquiring {
                 shutdown: false,
                 notified: false,
-                unhealthy: false,
+                standing: Standing::CLEAR,
             },
             Event::Acquired {
                 fencing_token: 1,
@@ -782,7 +792,7 @@ fn a_release_announced_during_an_acquire_is_not_missed() {
     let acquiring = State::Acquiring {
         shutdown: false,
         notified: false,
-        unhealthy: false,
+        standing: Standing::CLEAR,
     };
     let notified = m.step(&acquiring, Event::ReleaseNotified, t0);
     assert_eq!(
@@ -790,7 +800,7 @@ fn a_release_announced_during_an_acquire_is_not_missed() {
         State::Acquiring {
             shutdown: false,
             notified: true,
-            unhealthy: false,
+            standing: Standing::CLEAR,
         }
     );
     let refused = m.step(
@@ -805,7 +815,7 @@ fn a_release_announced_during_an_acquire_is_not_missed() {
         State::Waiting {
             until: t0 + MS,
             hold: false,
-            unhealthy: false,
+            standing: Standing::CLEAR,
         },
         "looks again at once, not in 9s"
     );
@@ -829,7 +839,7 @@ fn a_step_down_stops_the_work_releases_and_holds_off() {
         (
             State::Releasing {
                 after: AfterRelease::Hold { hold },
-                unhealthy: false,
+                standing: Standing::CLEAR,
             },
             vec!["release"]
         )
@@ -838,7 +848,7 @@ fn a_step_down_stops_the_work_releases_and_holds_off() {
     let held = State::Waiting {
         until: t0 + 2 * MS + hold,
         hold: true,
-        unhealthy: false,
+        standing: Standing::CLEAR,
     };
     assert_eq!(tr.next, held);
     // Held off: a release wake-up and early ticks do nothing.

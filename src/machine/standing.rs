@@ -1,0 +1,94 @@
+//! What a candidate that does not lead remembers ([`Standing`]): the
+//! transitions for its worker's health and for being outranked, and the
+//! one place a waiting candidate decides to campaign.
+
+use super::step::{stay, to};
+use super::*;
+
+impl Machine {
+    /// The worker's health changed (with health gating only; see
+    /// [`HealthGate`]). A leader steps down and holds off; any other state
+    /// remembers it; a waiting candidate whose worker is healthy again
+    /// campaigns at once if its wait is over.
+    pub(super) fn on_health(&self, state: &State, unhealthy: bool, now: Instant) -> Transition {
+        use State as S;
+        let Some(gate) = self.health else {
+            return stay(state);
+        };
+        let reason = if unhealthy {
+            Reason::WorkerUnhealthy
+        } else {
+            Reason::WorkerHealthy
+        };
+        let step_down = AfterPause::StepDown { hold: gate.hold };
+        match *state {
+            S::Working { lease } if unhealthy => {
+                self.pause(Some(lease), Renewal::IDLE, step_down, reason, now)
+            }
+            S::Renewing { lease, renewal } if unhealthy => {
+                self.pause(Some(lease), renewal, step_down, reason, now)
+            }
+            S::Waiting {
+                until,
+                hold,
+                standing,
+            } if !unhealthy && now >= until => {
+                let standing = Standing {
+                    unhealthy: false,
+                    ..standing
+                };
+                self.campaign(standing, hold, reason, now)
+            }
+            _ => remember(state, reason, |s| s.unhealthy = unhealthy),
+        }
+    }
+
+    /// Another candidate outranks this one, or no longer does (the
+    /// registry, read every renew interval). Only remembered: it matters at
+    /// the next vacancy ([`Machine::campaign`]); a leader that is outranked
+    /// hands over by a step-down the runner decides.
+    pub(super) fn on_outranked(&self, state: &State, outranked: bool) -> Transition {
+        remember(state, Reason::Outranked, |s| s.outranked = outranked)
+    }
+
+    /// A waiting candidate whose wait is over, or that a release woke: it
+    /// acquires, unless another candidate outranks it and it has not yet
+    /// deferred (`held`: the wait that just ended was a hold-off, a deferral
+    /// included). Then it holds off once for the retry interval, so the
+    /// candidate of higher priority, woken by the same release or timer,
+    /// takes the lease first; if that one is gone, this one campaigns after
+    /// it. Bounded: a deferral is a hold-off, and a hold-off's end acquires.
+    pub(super) fn campaign(
+        &self,
+        standing: Standing,
+        held: bool,
+        reason: Reason,
+        now: Instant,
+    ) -> Transition {
+        if standing.outranked && !held {
+            let until = now + self.timing.retry_interval;
+            return to(State::waiting(until, true, standing), &[], Reason::Deferred);
+        }
+        to(State::acquiring(standing), &[Action::Acquire], reason)
+    }
+}
+
+/// `state` with its standing changed by `change`; states that carry none
+/// (idle, leading) stay as they are.
+fn remember(state: &State, reason: Reason, change: impl FnOnce(&mut Standing)) -> Transition {
+    let mut next = *state;
+    match &mut next {
+        State::Acquiring { standing, .. }
+        | State::Pausing { standing, .. }
+        | State::Releasing { standing, .. }
+        | State::Waiting { standing, .. } => {
+            let before = *standing;
+            change(standing);
+            if *standing == before {
+                return stay(state);
+            }
+            to(next, &[], reason)
+        }
+        _ => stay(state),
+    }
+}
