@@ -186,7 +186,7 @@ fn build(
 
     let child = child(r, s, &mut note)?;
     let webhook = webhook(r, &mut note)?;
-    let health = crate::health::config::resolve(r, !child.command.is_empty(), &mut note)?;
+    let health = super::health::resolve(r, !child.command.is_empty(), &mut note)?;
     let admin = admin(r, &mut note)?;
 
     let format = r.scalar(&options::LOG_FORMAT, values::parse_log_format)?;

@@ -59,7 +59,7 @@ pub struct Config {
     pub webhook: WebhookConfig,
     pub admin: AdminConfig,
     /// The worker's health check (`None`: no gating, nothing checked).
-    pub health: Option<crate::health::HealthConfig>,
+    pub health: Option<super::health::HealthConfig>,
     pub log: LogConfig,
     /// Every option's effective value (secrets redacted) and where it came
     /// from, in a stable order, for `leaderd check`.

@@ -116,8 +116,6 @@ impl Spec {
     }
 }
 
-use crate::health::config as health;
-
 pub const ELECTION: &str = "Election";
 /// The heading of every backend's options.
 pub const BACKEND: &str = "Backend";
@@ -338,4 +336,111 @@ pub const TAIL: [&Spec; 27] = [
 /// The option of `all` with TOML key `key`.
 pub fn by_key(all: &[&'static Spec], key: &str) -> Option<&'static Spec> {
     all.iter().copied().find(|s| s.key == Some(key))
+}
+
+/// The worker health check's rows (resolved in `config::health`).
+pub mod health {
+    use super::{Spec, spec};
+
+    const HEALTH: &str = "Worker health";
+
+    pub const URL: Spec = spec("health_url", "--health", "LEADERD_HEALTH", "health.url")
+        .value("URL")
+        .under(HEALTH)
+        .help("Lead only while this URL answers 2xx to a GET (the worker's readiness endpoint)");
+    pub const COMMAND: Spec = spec(
+        "health_command",
+        "--health-command",
+        "LEADERD_HEALTH_COMMAND",
+        "health.command",
+    )
+    .value("CMD")
+    .under(HEALTH)
+    .help("Lead only while this command exits 0; split like a shell's words, run without a shell");
+    pub const INTERVAL: Spec = spec(
+        "health_interval",
+        "--health-interval",
+        "LEADERD_HEALTH_INTERVAL",
+        "health.interval",
+    )
+    .value("DUR")
+    .under(HEALTH)
+    .help("Time between the starts of two health checks")
+    .default("2s");
+    pub const TIMEOUT: Spec = spec(
+        "health_timeout",
+        "--health-timeout",
+        "LEADERD_HEALTH_TIMEOUT",
+        "health.timeout",
+    )
+    .value("DUR")
+    .under(HEALTH)
+    .help("A check not answered within this fails (a command is killed, with its process group)")
+    .default("1s");
+    pub const FAILURES: Spec = spec(
+        "health_failures",
+        "--health-failures",
+        "LEADERD_HEALTH_FAILURES",
+        "health.failures",
+    )
+    .value("N")
+    .under(HEALTH)
+    .help("Unhealthy after N failed checks in a row")
+    .default("3");
+    pub const SUCCESSES: Spec = spec(
+        "health_successes",
+        "--health-successes",
+        "LEADERD_HEALTH_SUCCESSES",
+        "health.successes",
+    )
+    .value("N")
+    .under(HEALTH)
+    .help("Healthy again after N passed checks in a row")
+    .default("1");
+    pub const START_PERIOD: Spec = spec(
+        "health_start_period",
+        "--health-start-period",
+        "LEADERD_HEALTH_START_PERIOD",
+        "health.start_period",
+    )
+    .value("DUR")
+    .under(HEALTH)
+    .help("Failures are not counted this long after leaderd (or, with a child, the child) started")
+    .default("0s");
+    pub const POLICY: Spec = spec(
+        "health_policy",
+        "--health-policy",
+        "LEADERD_HEALTH_POLICY",
+        "health.policy",
+    )
+    .value("POLICY")
+    .under(HEALTH)
+    .help("gate: an unhealthy worker's candidate does not campaign, and a leader steps down; report: only show it")
+    .choices(&["gate", "report"])
+    .default("gate");
+
+    pub const TARGET: Spec = spec(
+        "health_target",
+        "--health-target",
+        "LEADERD_HEALTH_TARGET",
+        "health.target",
+    )
+    .value("WHAT")
+    .under(HEALTH)
+    .help("worker: a worker beside leaderd, checked from the start, no campaign before a first pass; child: the child itself, checked only while it runs (standbys count as healthy)")
+    .choices(&["worker", "child"])
+    .default("worker");
+
+    /// The rows, in the order of `--help`, `check` and the docs.
+    pub const OPTIONS: [&Spec; 9] = [
+        &URL,
+        &COMMAND,
+        &INTERVAL,
+        &TIMEOUT,
+        &FAILURES,
+        &SUCCESSES,
+        &START_PERIOD,
+        &POLICY,
+        &TARGET,
+    ];
 }

@@ -12,13 +12,14 @@
 //! runs — standbys have none to check and count as healthy — and the start
 //! period counts from each start of the child.
 //!
-//! - `config`: the options; `tally`: results → verdict (pure);
+//! - `tally`: results → verdict (pure); the options and their resolution
+//!   are the configuration's (`config::health`);
 //!   `probe`: one HTTP or command check.
 
-pub mod config;
 pub mod probe;
 pub mod tally;
 
+pub use crate::config::{Checked, HealthConfig, Policy, Probe};
 use crate::metrics::Metrics;
 use probe::Prober;
 use std::sync::Arc;
@@ -27,57 +28,6 @@ use tally::{Outcome, Tally};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Probe {
-    Http(url::Url),
-    Command(Vec<String>),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Policy {
-    Gate,
-    Report,
-}
-
-impl Policy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Policy::Gate => "gate",
-            Policy::Report => "report",
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct HealthConfig {
-    pub probe: Probe,
-    pub interval: Duration,
-    pub timeout: Duration,
-    pub failures: u32,
-    pub successes: u32,
-    pub start_period: Duration,
-    pub policy: Policy,
-    pub target: Checked,
-}
-
-/// What the check probes (`--health-target`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Checked {
-    /// A worker beside leaderd: checked from leaderd's start.
-    Worker,
-    /// The child itself: checked while it runs.
-    Child,
-}
-
-impl HealthConfig {
-    /// How long a candidate that stepped down for its worker's health stays
-    /// out: as long as the checks take to condemn a worker, so a flapping
-    /// one cannot take leadership back faster than it can lose it.
-    pub fn hold(&self) -> Duration {
-        self.interval * self.failures
-    }
-}
 
 /// A change of verdict, for the runner.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,113 +1,64 @@
-//! The health check's options, each declared once (flag, env, TOML key,
-//! default, help), and their resolution into a [`HealthConfig`].
+//! The worker health check's options, each declared once (flag, env, TOML
+//! key, default, help), their resolution, and what they resolve to
+//! ([`HealthConfig`]); the checks themselves are `crate::health`'s.
 
-use super::{Checked, HealthConfig, Policy, Probe};
-use crate::config::options::{Spec, spec};
-use crate::config::{ConfigError, Origin, Resolver, Value, or_default, parse_duration, positive};
-use crate::config::{redact_url, show_duration as show};
+use super::error::ConfigError;
+use super::options::Spec;
+use super::options::health::*;
+use super::resolve::{Origin, Resolver, Value, or_default, positive, show};
+use super::values::{parse_duration, redact_url};
 use std::time::Duration;
 
-const HEALTH: &str = "Worker health";
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    Http(url::Url),
+    Command(Vec<String>),
+}
 
-pub const URL: Spec = spec("health_url", "--health", "LEADERD_HEALTH", "health.url")
-    .value("URL")
-    .under(HEALTH)
-    .help("Lead only while this URL answers 2xx to a GET (the worker's readiness endpoint)");
-pub const COMMAND: Spec = spec(
-    "health_command",
-    "--health-command",
-    "LEADERD_HEALTH_COMMAND",
-    "health.command",
-)
-.value("CMD")
-.under(HEALTH)
-.help("Lead only while this command exits 0; split like a shell's words, run without a shell");
-pub const INTERVAL: Spec = spec(
-    "health_interval",
-    "--health-interval",
-    "LEADERD_HEALTH_INTERVAL",
-    "health.interval",
-)
-.value("DUR")
-.under(HEALTH)
-.help("Time between the starts of two health checks")
-.default("2s");
-pub const TIMEOUT: Spec = spec(
-    "health_timeout",
-    "--health-timeout",
-    "LEADERD_HEALTH_TIMEOUT",
-    "health.timeout",
-)
-.value("DUR")
-.under(HEALTH)
-.help("A check not answered within this fails (a command is killed, with its process group)")
-.default("1s");
-pub const FAILURES: Spec = spec(
-    "health_failures",
-    "--health-failures",
-    "LEADERD_HEALTH_FAILURES",
-    "health.failures",
-)
-.value("N")
-.under(HEALTH)
-.help("Unhealthy after N failed checks in a row")
-.default("3");
-pub const SUCCESSES: Spec = spec(
-    "health_successes",
-    "--health-successes",
-    "LEADERD_HEALTH_SUCCESSES",
-    "health.successes",
-)
-.value("N")
-.under(HEALTH)
-.help("Healthy again after N passed checks in a row")
-.default("1");
-pub const START_PERIOD: Spec = spec(
-    "health_start_period",
-    "--health-start-period",
-    "LEADERD_HEALTH_START_PERIOD",
-    "health.start_period",
-)
-.value("DUR")
-.under(HEALTH)
-.help("Failures are not counted this long after leaderd (or, with a child, the child) started")
-.default("0s");
-pub const POLICY: Spec = spec(
-    "health_policy",
-    "--health-policy",
-    "LEADERD_HEALTH_POLICY",
-    "health.policy",
-)
-.value("POLICY")
-.under(HEALTH)
-.help("gate: an unhealthy worker's candidate does not campaign, and a leader steps down; report: only show it")
-.choices(&["gate", "report"])
-.default("gate");
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Gate,
+    Report,
+}
 
-pub const TARGET: Spec = spec(
-    "health_target",
-    "--health-target",
-    "LEADERD_HEALTH_TARGET",
-    "health.target",
-)
-.value("WHAT")
-.under(HEALTH)
-.help("worker: a worker beside leaderd, checked from the start, no campaign before a first pass; child: the child itself, checked only while it runs (standbys count as healthy)")
-.choices(&["worker", "child"])
-.default("worker");
+impl Policy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Gate => "gate",
+            Policy::Report => "report",
+        }
+    }
+}
 
-/// The rows, in the order of `--help`, `check` and the docs.
-pub const OPTIONS: [&Spec; 9] = [
-    &URL,
-    &COMMAND,
-    &INTERVAL,
-    &TIMEOUT,
-    &FAILURES,
-    &SUCCESSES,
-    &START_PERIOD,
-    &POLICY,
-    &TARGET,
-];
+#[derive(Debug, Clone)]
+pub struct HealthConfig {
+    pub probe: Probe,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub failures: u32,
+    pub successes: u32,
+    pub start_period: Duration,
+    pub policy: Policy,
+    pub target: Checked,
+}
+
+/// What the check probes (`--health-target`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked {
+    /// A worker beside leaderd: checked from leaderd's start.
+    Worker,
+    /// The child itself: checked while it runs.
+    Child,
+}
+
+impl HealthConfig {
+    /// How long a candidate that stepped down for its worker's health stays
+    /// out: as long as the checks take to condemn a worker, so a flapping
+    /// one cannot take leadership back faster than it can lose it.
+    pub fn hold(&self) -> Duration {
+        self.interval * self.failures
+    }
+}
 
 fn parse_url(text: &str) -> Result<url::Url, String> {
     let url = url::Url::parse(text.trim()).map_err(|e| {
