@@ -9,6 +9,7 @@ use super::error::ConfigError;
 use super::file::ConfigFile;
 use super::model::{Config, LogConfig};
 use super::options;
+use super::priority::Priority;
 use super::resolve::{Origin, Resolver, Value, or_default, positive, show};
 use super::sections::{admin, child, webhook};
 use super::sources::{Sources, read_secret_file};
@@ -139,6 +140,13 @@ fn build(
         None => default_id(r, s)?,
     };
     note("id", format!("{:?}", id.value), &id.origin);
+    let priority = r.scalar(&options::PRIORITY, Priority::parse)?;
+    let priority = or_default(priority, Priority::default(), "");
+    note(
+        "priority",
+        format!("{:?}", priority.value.to_string()),
+        &priority.origin,
+    );
 
     let ttl = r.scalar(&options::TTL, positive(values::parse_duration))?;
     let ttl = or_default(ttl, Duration::from_secs(10), "");
@@ -163,6 +171,22 @@ fn build(
         retry_interval: retry_interval.value,
     };
     check_timing(&timing, &ttl, &renew_interval, &renew_deadline)?;
+    let handover_delay = r.scalar(&options::HANDOVER_DELAY, positive(values::parse_duration))?;
+    let handover_delay = or_default(handover_delay, Duration::from_secs(10), "");
+    note(
+        "handover_delay",
+        format!("{:?}", show(handover_delay.value)),
+        &handover_delay.origin,
+    );
+    if handover_delay.value < renew_interval.value {
+        return Err(ConfigError(format!(
+            "handover_delay = {} ({}) is shorter than lease.renew_interval = {} ({}): candidates read the registry every renew interval, and all of them must have seen the higher candidate before the leader hands over to it; give at least the renew interval",
+            show(handover_delay.value),
+            handover_delay.origin,
+            show(renew_interval.value),
+            renew_interval.origin
+        )));
+    }
 
     let backend = choose(
         backends,
@@ -200,6 +224,8 @@ fn build(
     Ok(Config {
         key: key.value,
         id: id.value,
+        priority: priority.value,
+        handover_delay: handover_delay.value,
         backend,
         timing,
         http: http.value,

@@ -24,6 +24,7 @@ mod file;
 mod health;
 mod model;
 pub mod options;
+mod priority;
 mod resolve;
 mod sections;
 mod sources;
@@ -37,6 +38,7 @@ pub use error::ConfigError;
 pub use file::ConfigFile;
 pub use health::{Checked, HealthConfig, Policy, Probe};
 pub use model::{AdminConfig, ChildConfig, Config, LogConfig, WebhookConfig};
+pub use priority::Priority;
 pub use resolve::{Origin, Resolver, Value, or_default, positive, show as show_duration};
 pub use sources::{Sources, loose_secret_file, read_secret_file};
 pub use values::{

@@ -51,6 +51,10 @@ pub struct LogConfig {
 pub struct Config {
     pub key: String,
     pub id: String,
+    /// `--priority`: the highest healthy candidate leads.
+    pub priority: super::priority::Priority,
+    /// How long a leader sees a higher candidate before handing over.
+    pub handover_delay: Duration,
     /// The chosen backend's own settings (see `lease::open`).
     pub backend: Backend,
     pub timing: Timing,

@@ -140,6 +140,22 @@ pub const ID: Spec = spec("id", "--id", "LEADERD_ID", "id")
     .under(ELECTION)
     .help("This candidate's id, shown to others as the holder")
     .default("$POD_NAME, else the host name");
+pub const PRIORITY: Spec = spec("priority", "--priority", "LEADERD_PRIORITY", "priority")
+    // `N…`: the file takes a bare integer too.
+    .value("N|VERSION")
+    .under(ELECTION)
+    .help("This candidate's priority, an integer or a dotted version (1.14.2): the highest healthy candidate leads, and a leader hands over to a higher one it has seen for --handover-delay")
+    .default("0");
+pub const HANDOVER_DELAY: Spec = spec(
+    "handover_delay",
+    "--handover-delay",
+    "LEADERD_HANDOVER_DELAY",
+    "handover_delay",
+)
+.value("DUR")
+.under(ELECTION)
+.help("How long a leader sees a registered, healthy candidate of higher priority before it hands over to it")
+.default("10s");
 pub const TTL: Spec = spec("ttl", "--ttl", "LEADERD_TTL", "lease.ttl")
     .value("DUR")
     .under(TIMING)
@@ -300,7 +316,7 @@ pub const LOG_LEVEL: Spec = spec("log_level", "--log-level", "RUST_LOG", "log.le
 /// Every option, in the order of `--help`, `check` and the docs.
 /// The common options before the backends' (in `--help`, the manual and
 /// `check`).
-pub const HEAD: [&Spec; 3] = [&CONFIG, &KEY, &ID];
+pub const HEAD: [&Spec; 5] = [&CONFIG, &KEY, &ID, &PRIORITY, &HANDOVER_DELAY];
 
 /// The common options after the backends'.
 pub const TAIL: [&Spec; 27] = [

@@ -2,6 +2,7 @@
 //! env, with the registered backends ([`Case`] is the backends' tests' too).
 
 use super::*;
+use crate::config::Priority;
 use crate::lease::file::config::{LOCK_FILE, LockFileConfig};
 use crate::lease::redis::config::REDIS;
 use crate::timing::Timing;
@@ -478,4 +479,30 @@ fn option_names_are_unique_and_well_formed() {
             a.id
         );
     }
+}
+
+#[test]
+fn priority_and_handover_delay_from_flag_env_and_file() {
+    let c = Case::new().build().unwrap();
+    assert_eq!(c.priority, Priority::default());
+    assert_eq!(c.handover_delay, Duration::from_secs(10));
+    let c = Case::new()
+        .env("LEADERD_PRIORITY", "1.14.2")
+        .env("LEADERD_HANDOVER_DELAY", "5s")
+        .build()
+        .unwrap();
+    assert_eq!(c.priority, Priority::parse("1.14.2").unwrap());
+    assert_eq!(c.handover_delay, Duration::from_secs(5));
+    let c = Case::new().file("priority = 7\n").build().unwrap();
+    assert_eq!(c.priority.to_string(), "7");
+    let err = Case::new().env("LEADERD_PRIORITY", "1.14.2-rc1").err();
+    assert!(
+        err.starts_with("LEADERD_PRIORITY: `1.14.2-rc1` is not a priority"),
+        "{err}"
+    );
+    let err = Case::new().env("LEADERD_HANDOVER_DELAY", "1s").err();
+    assert!(
+        err.contains("is shorter than lease.renew_interval"),
+        "{err}"
+    );
 }

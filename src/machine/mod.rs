@@ -362,6 +362,8 @@ impl Reason {
                 | Reason::HeldByOther
                 | Reason::ReleaseNotified
                 | Reason::BackendError
+                | Reason::Outranked
+                | Reason::Deferred
         )
     }
 

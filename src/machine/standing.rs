@@ -69,6 +69,12 @@ impl Machine {
             let until = now + self.timing.retry_interval;
             return to(State::waiting(until, true, standing), &[], Reason::Deferred);
         }
+        // An outranked standby's looks after its deferrals are routine.
+        let reason = if standing.outranked && reason == Reason::HoldOver {
+            Reason::RetryDue
+        } else {
+            reason
+        };
         to(State::acquiring(standing), &[Action::Acquire], reason)
     }
 }

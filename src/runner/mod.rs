@@ -8,6 +8,7 @@ mod log;
 mod modes;
 mod registry;
 mod report;
+mod succession;
 
 pub use modes::EXIT_NOT_LEADER;
 
@@ -16,9 +17,11 @@ use log::{Line, log_transition};
 use modes::{Once, step_down};
 use registry::Registration;
 use report::{ErrorLog, absorb, notice_duplicate_id};
+use succession::{Succession, Verdict};
 
 use crate::config::Config;
-use crate::lease::registry::{Priority, Record};
+use crate::config::Priority;
+use crate::lease::registry::Record;
 use crate::lease::{self, Acquire, LeaseBackend, Renew};
 use crate::machine::{Action, Event, Machine, Reason, State, StateName};
 use crate::metrics::Metrics;
@@ -141,9 +144,14 @@ pub async fn run(
     let hold = config.admin.step_down_hold;
     let mut registration = Registration::new(
         &config.id,
-        Priority::default(),
+        config.priority.clone(),
         config.timing.renew_interval,
     );
+    let mut succession =
+        Succession::new(&config.id, config.priority.clone(), config.handover_delay);
+    // Whether the registry says another candidate outranks this one; the
+    // machine is told whenever its state does not remember it so.
+    let mut outranked = false;
     let mut duplicate_warned = false;
     status.send_modify(|s| {
         s.ready = true;
@@ -214,6 +222,10 @@ pub async fn run(
             }
             continue;
         }
+        if carries_standing(&state) && state.standing().outranked != outranked {
+            next = Some(Event::Outranked(outranked));
+            continue;
+        }
         let wake = machine
             .next_deadline(&state)
             .map(|d| with_jitter(d, &state));
@@ -230,8 +242,12 @@ pub async fn run(
                 None
             }
             Some(Report::Register(result)) = registered.recv() => {
-                registration.answered(result, &status, &metrics);
-                None
+                let records = registration.answered(result, &status, &metrics);
+                records.and_then(|records| {
+                    let verdict = succession.judge(&records, state.leading().is_some(), Instant::now());
+                    outranked = verdict.outranked;
+                    hand_over(verdict, succession.priority(), config.timing.retry_interval)
+                })
             }
             Some(report) = reports.recv() => {
                 let released = matches!(report, Report::Release(_));
@@ -279,6 +295,28 @@ pub async fn run(
         health.finish().await;
     }
     exit_code
+}
+
+/// A state that remembers its standing (not idle, not leading, not on the
+/// way out, where [`Event::Outranked`] changes nothing).
+fn carries_standing(state: &State) -> bool {
+    !state.exiting()
+        && matches!(
+            state.name(),
+            StateName::Acquiring | StateName::Pausing | StateName::Releasing | StateName::Waiting
+        )
+}
+
+/// The leader's step-down to the candidate that outranks it, once seen for
+/// the handover delay; it holds off a retry interval, by when the other has
+/// taken the lease.
+fn hand_over(verdict: Verdict, mine: &Priority, hold: Duration) -> Option<Event> {
+    let (to, theirs) = verdict.hand_over?;
+    tracing::info!(successor = %to, priority = %theirs, own_priority = %mine, "handing over to a candidate of higher priority");
+    Some(Event::StepDown {
+        hold,
+        reason: Reason::HandOver,
+    })
 }
 
 async fn next_verdict(health: &mut Option<Health>) -> Option<crate::health::Verdict> {

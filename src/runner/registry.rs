@@ -67,15 +67,17 @@ impl Registration {
         result: Result<Vec<Record>, crate::lease::Error>,
         status: &watch::Sender<Snapshot>,
         metrics: &Metrics,
-    ) {
+    ) -> Option<Vec<Record>> {
         self.next = Some(Instant::now() + self.every);
         match result {
             Ok(records) => {
                 metrics.candidates(records.len());
-                status.send_modify(|s| s.candidates = records);
+                status.send_modify(|s| s.candidates = records.clone());
+                Some(records)
             }
             Err(e) => {
-                tracing::debug!(error = %e, "registration failed; written again at the next interval")
+                tracing::debug!(error = %e, "registration failed; written again at the next interval");
+                None
             }
         }
     }
