@@ -92,10 +92,6 @@ impl<'de> Deserialize<'de> for Priority {
     }
 }
 
-/// The records in the order the candidates would lead: the holder first,
-/// then those whose worker is healthy (or unchecked), by priority (highest
-/// first), then the longest running, then by id.
-
 #[cfg(test)]
 mod tests {
     use super::*;

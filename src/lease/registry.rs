@@ -33,8 +33,11 @@ impl Record {
     }
 }
 
-/// One record per id: a candidate started again under its id (its old
-/// record not yet lapsed) counts once, as the newest.
+/// The records in the order the candidates would lead: the holder first,
+/// then those whose worker is healthy (or unchecked), by priority (highest
+/// first), then the longest running, then by id. One record per id: a
+/// candidate started again under its id (its old record not yet lapsed)
+/// counts once, as the newest.
 pub fn in_order(mut records: Vec<Record>, holder: Option<&str>) -> Vec<Record> {
     records.sort_by(|a, b| a.id.cmp(&b.id).then(b.since_ms.cmp(&a.since_ms)));
     records.dedup_by(|later, kept| later.id == kept.id);
