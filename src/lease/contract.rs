@@ -302,6 +302,14 @@ pub trait LeaseBackend: Send {
     /// Every live record, without writing ours (`status`).
     async fn candidates(&mut self) -> Result<Vec<Record>, Error>;
 
+    /// This candidate defers to one of higher priority: give up any place
+    /// the store keeps for it in line (ZooKeeper's queue, where only the
+    /// first may take the lease), so the other can lead; the next acquire
+    /// queues again. Nothing where the first to ask wins.
+    async fn step_aside(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+
     /// Ends what the backend keeps open before leaderd exits, after any
     /// release (a ZooKeeper session, whose place in the queue would
     /// otherwise hold up the candidates behind it for a session timeout).

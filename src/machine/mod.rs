@@ -309,6 +309,9 @@ pub enum Action {
     StartWork {
         fencing_token: u64,
     },
+    /// Give up any place in line the store keeps (deferring to a candidate
+    /// of higher priority; see `LeaseBackend::step_aside`).
+    StepAside,
     /// Stop the work; SIGKILL no later than `kill_at`. Sent again with an
     /// updated `kill_at` when the lease's validity moves.
     StopWork {

@@ -19,13 +19,14 @@ fn ranks_table() {
         outranked: true,
     };
     let cases: Vec<(State, Event, Duration, State, Vec<&str>)> = vec![
-        // A release wakes an outranked standby: it defers, once.
+        // A release wakes an outranked standby: it defers, once, and gives
+        // up its place in line (ZooKeeper's queue).
         (
             State::waiting(t0 + 9 * MS, false, OUTRANKED),
             Event::ReleaseNotified,
             MS,
             State::waiting(t0 + MS + retry, true, OUTRANKED),
-            vec![],
+            vec!["step aside"],
         ),
         // So does its timer (the holder's lease would have expired).
         (
@@ -33,7 +34,7 @@ fn ranks_table() {
             Event::Tick,
             MS,
             State::waiting(t0 + MS + retry, true, OUTRANKED),
-            vec![],
+            vec!["step aside"],
         ),
         // The deferral over: it campaigns, still outranked (bounded).
         (
@@ -96,7 +97,7 @@ fn ranks_table() {
             Event::WorkerHealthy,
             MS,
             State::waiting(t0 + MS + retry, true, OUTRANKED),
-            vec![],
+            vec!["step aside"],
         ),
     ];
     for (state, event, after, expected, actions) in cases {
@@ -132,7 +133,11 @@ fn an_outranked_candidate_defers_once_and_only_once() {
         {
             // The first wake-up defers; the tick after the deferral acquires.
             let woke = m.step(&state, Event::ReleaseNotified, now + MS);
-            assert!(names(&woke.actions).is_empty(), "{state:?}: {woke:?}");
+            assert_eq!(
+                names(&woke.actions),
+                vec!["step aside"],
+                "{state:?}: {woke:?}"
+            );
             let then = m.step(&woke.next, Event::Tick, now + MS + far);
             assert_eq!(names(&then.actions), vec!["acquire"], "{woke:?} → {then:?}");
             checked += 1;

@@ -67,7 +67,11 @@ impl Machine {
     ) -> Transition {
         if standing.outranked && !held {
             let until = now + self.timing.retry_interval;
-            return to(State::waiting(until, true, standing), &[], Reason::Deferred);
+            return to(
+                State::waiting(until, true, standing),
+                &[Action::StepAside],
+                Reason::Deferred,
+            );
         }
         // An outranked standby's looks after its deferrals are routine.
         let reason = if standing.outranked && reason == Reason::HoldOver {

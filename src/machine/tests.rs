@@ -169,6 +169,7 @@ pub(super) fn names(actions: &[Action]) -> Vec<&'static str> {
             Action::StartWork { .. } => "start",
             Action::StopWork { .. } => "stop",
             Action::Exit => "exit",
+            Action::StepAside => "step aside",
         })
         .collect()
 }
@@ -639,7 +640,7 @@ pub(super) fn answer(action: &Action, now: Instant) -> Option<Event> {
         Action::Renew => Some(Event::Renewed { sent_at: now }),
         Action::Release => Some(Event::Released),
         Action::StopWork { .. } => Some(Event::WorkStopped),
-        Action::StartWork { .. } | Action::Exit => None,
+        Action::StartWork { .. } | Action::Exit | Action::StepAside => None,
     }
 }
 

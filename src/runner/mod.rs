@@ -39,6 +39,7 @@ enum Op {
     Renew,
     Release,
     Register(Record),
+    StepAside,
 }
 
 enum Report {
@@ -205,6 +206,7 @@ pub async fn run(
                     Action::Acquire => drop(ops.send(Op::Acquire)),
                     Action::Renew => drop(ops.send(Op::Renew)),
                     Action::Release => drop(ops.send(Op::Release)),
+                    Action::StepAside => drop(ops.send(Op::StepAside)),
                     Action::StartWork { fencing_token } => {
                         if let Some(once) = &mut once {
                             once.started = true;
@@ -356,6 +358,12 @@ async fn lease_worker(
             Op::Acquire => Report::Acquire(backend.acquire().await),
             Op::Renew => Report::Renew(backend.renew().await),
             Op::Register(me) => Report::Register(backend.register(Some(&me)).await),
+            Op::StepAside => {
+                if let Err(e) = backend.step_aside().await {
+                    tracing::debug!(error = %e, "could not step aside; the lease may go to this candidate");
+                }
+                continue;
+            }
             Op::Release => {
                 let mut result = backend.release().await;
                 if matches!(

@@ -510,3 +510,99 @@ fn the_registry_lists_every_candidate_and_forgets_one_within_a_ttl_of_its_death(
         assert_eq!(ids, vec![leader_id.clone()], "{name}");
     });
 }
+
+/// A candidate with `--priority` and a 2 s handover delay, its probe child
+/// logging to `log`.
+fn ranked(scene: &dyn Scene, key: &str, id: &str, priority: &str, log: &Path) -> Leaderd {
+    let backend = scene.args(key);
+    let mut args: Vec<&str> = backend.iter().map(String::as_str).collect();
+    args.extend_from_slice(&["--ttl", TTL, "--retry-interval", "300ms"]);
+    args.extend_from_slice(&["--priority", priority, "--handover-delay", "2s"]);
+    let probe = probe_child();
+    args.extend_from_slice(&["--", &probe, support::path_str(log)]);
+    Leaderd::run(id, &args)
+}
+
+/// Whether `node`'s `/leader` lists `id` among the candidates.
+fn lists(node: &Leaderd, id: &str) -> bool {
+    node.leader().is_some_and(|(_, body)| {
+        body["candidates"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|r| r["id"] == id))
+    })
+}
+
+#[test]
+fn a_rolling_update_with_priorities_moves_leadership_once() {
+    for_each_backend(|scene| {
+        let name = scene.name();
+        let key = support::key("contract-rollout");
+        let dir = support::Scratch::new(&format!("rollout-{}", support::os::below(1 << 30)));
+        let log = |id: &str| dir.join(id);
+        let mut old: Vec<Option<Leaderd>> = ["o1", "o2", "o3"]
+            .iter()
+            .map(|id| Some(ranked(scene, &key, id, "1.4.2", &log(id))))
+            .collect();
+        eventually(PATIENCE, "an old leader", || {
+            old.iter().flatten().find(|n| n.is_leader()).map(|_| ())
+        });
+        let mut new = Vec::new();
+        // As a Deployment replaces pods: a new one up and seen by everyone,
+        // then an old one stopped — the leader first, the worst case.
+        for (i, id) in ["n1", "n2", "n3"].iter().enumerate() {
+            let node = ranked(scene, &key, id, "1.5.0", &log(id));
+            eventually(PATIENCE, "every candidate to see the new one", || {
+                let all = old.iter().flatten().chain(&new);
+                all.clone().all(|n| lists(n, id)).then_some(())
+            });
+            new.push(node);
+            let victim = old
+                .iter()
+                .position(|n| n.as_ref().is_some_and(Leaderd::is_leader))
+                .unwrap_or(i);
+            if let Some(mut n) = old[victim].take() {
+                n.signal("TERM");
+                assert!(n.wait_exit(PATIENCE).success(), "{name}: {:?}", n.log());
+            }
+        }
+        eventually(PATIENCE, "a new leader", || {
+            new.iter().find(|n| n.is_leader()).map(|_| ())
+        });
+        let logs: Vec<_> = ["o1", "o2", "o3", "n1", "n2", "n3"]
+            .iter()
+            .map(|id| log(id))
+            .collect();
+        // Every term's child, in the order they started: one handover.
+        let mut starts: Vec<(u128, String, u64)> = logs
+            .iter()
+            .flat_map(|l| {
+                let who = l.file_name().unwrap().to_string_lossy().into_owned();
+                probe_events(l)
+                    .into_iter()
+                    .filter(|e| e.kind == "start")
+                    .map(move |e| {
+                        let token = e.rest.first().and_then(|t| t.parse().ok()).unwrap_or(0);
+                        (e.ns, who.clone(), token)
+                    })
+            })
+            .collect();
+        starts.sort();
+        let terms: Vec<&str> = starts.iter().map(|(_, who, _)| who.as_str()).collect();
+        assert_eq!(
+            terms.len(),
+            2,
+            "{name}: leadership moved {} times: {terms:?}",
+            terms.len() - 1
+        );
+        assert!(
+            terms[0].starts_with('o') && terms[1].starts_with('n'),
+            "{name}: {terms:?}"
+        );
+        assert!(starts[0].2 < starts[1].2, "{name}: tokens {starts:?}");
+        assert_eq!(
+            support::most_alive(&logs),
+            1,
+            "{name}: two children at once"
+        );
+    });
+}

@@ -333,6 +333,16 @@ impl LeaseBackend for ZkLease {
         }
     }
 
+    async fn step_aside(&mut self) -> Result<(), Error> {
+        let Some(s) = self.session.clone().filter(|s| !s.is_over()) else {
+            return Ok(());
+        };
+        match self.leave(&s).await {
+            Ok(()) => Ok(()),
+            Err(f) => Err(self.failed(f)),
+        }
+    }
+
     async fn close(&mut self) {
         let _ = self.release().await;
     }
