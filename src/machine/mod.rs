@@ -129,19 +129,20 @@ pub enum State {
 pub struct Standing {
     /// No campaign until the worker is healthy again.
     pub unhealthy: bool,
-    /// At a vacancy, hold off once for the retry interval, so the
-    /// candidate that outranks this one takes the lease first.
-    pub outranked: bool,
+    /// How many registered candidates outrank this one (capped at 255): at
+    /// a vacancy it holds off once, for that many retry intervals, so the
+    /// candidates above it take the lease first, in their order.
+    pub outranked: u8,
 }
 
 impl Standing {
     pub const CLEAR: Standing = Standing {
         unhealthy: false,
-        outranked: false,
+        outranked: 0,
     };
     pub const UNHEALTHY: Standing = Standing {
         unhealthy: true,
-        outranked: false,
+        outranked: 0,
     };
 }
 
@@ -294,9 +295,9 @@ pub enum Event {
     /// The worker's health check failed `--health-failures` times in a row:
     /// a standby stops campaigning, a leader steps down.
     WorkerUnhealthy,
-    /// Whether a registered healthy candidate of higher priority (or the
-    /// successor the leader named) outranks this one, from the registry.
-    Outranked(bool),
+    /// How many registered healthy candidates of higher priority outrank
+    /// this one, from the registry (0: none).
+    Outranked(u8),
     ShutdownRequested,
 }
 

@@ -16,7 +16,11 @@ fn ranks_table() {
     let retry = m.timing.retry_interval;
     let both = Standing {
         unhealthy: true,
-        outranked: true,
+        outranked: 1,
+    };
+    let third = Standing {
+        unhealthy: false,
+        outranked: 2,
     };
     let cases: Vec<(State, Event, Duration, State, Vec<&str>)> = vec![
         // A release wakes an outranked standby: it defers, once, and gives
@@ -52,6 +56,14 @@ fn ranks_table() {
             State::waiting(t0 + retry, true, OUTRANKED),
             vec![],
         ),
+        // Third in rank: defers two retry intervals.
+        (
+            State::waiting(t0, false, third),
+            Event::ReleaseNotified,
+            MS,
+            State::waiting(t0 + MS + retry * 2, true, third),
+            vec!["step aside"],
+        ),
         // Not outranked: campaigns at once.
         (
             State::waiting(t0 + 9 * MS, false, Standing::CLEAR),
@@ -71,14 +83,14 @@ fn ranks_table() {
         // Remembered by a standby, whatever it is doing.
         (
             State::waiting(t0 + 9 * MS, false, Standing::CLEAR),
-            Event::Outranked(true),
+            Event::Outranked(1),
             MS,
             State::waiting(t0 + 9 * MS, false, OUTRANKED),
             vec![],
         ),
         (
             State::acquiring(OUTRANKED),
-            Event::Outranked(false),
+            Event::Outranked(0),
             MS,
             State::acquiring(Standing::CLEAR),
             vec![],
@@ -86,7 +98,7 @@ fn ranks_table() {
         // A leader is not affected: the runner decides a handover.
         (
             State::Working { lease: lease(t0) },
-            Event::Outranked(true),
+            Event::Outranked(1),
             MS,
             State::Working { lease: lease(t0) },
             vec![],

@@ -47,17 +47,18 @@ impl Machine {
     /// registry, read every renew interval). Only remembered: it matters at
     /// the next vacancy ([`Machine::campaign`]); a leader that is outranked
     /// hands over by a step-down the runner decides.
-    pub(super) fn on_outranked(&self, state: &State, outranked: bool) -> Transition {
+    pub(super) fn on_outranked(&self, state: &State, outranked: u8) -> Transition {
         remember(state, Reason::Outranked, |s| s.outranked = outranked)
     }
 
     /// A waiting candidate whose wait is over, or that a release woke: it
-    /// acquires, unless another candidate outranks it and it has not yet
+    /// acquires, unless other candidates outrank it and it has not yet
     /// deferred (`held`: the wait that just ended was a hold-off, a deferral
-    /// included). Then it holds off once for the retry interval, so the
-    /// candidate of higher priority, woken by the same release or timer,
-    /// takes the lease first; if that one is gone, this one campaigns after
-    /// it. Bounded: a deferral is a hold-off, and a hold-off's end acquires.
+    /// included). Then it holds off once, a retry interval for each
+    /// candidate above it, so they, woken by the same release or timer,
+    /// take the lease first, the highest first; if they are gone (a crashed
+    /// leader's record lingers up to a TTL), this one campaigns after them.
+    /// Bounded: a deferral is a hold-off, and a hold-off's end acquires.
     pub(super) fn campaign(
         &self,
         standing: Standing,
@@ -65,8 +66,8 @@ impl Machine {
         reason: Reason,
         now: Instant,
     ) -> Transition {
-        if standing.outranked && !held {
-            let until = now + self.timing.retry_interval;
+        if standing.outranked > 0 && !held {
+            let until = now + self.timing.retry_interval * u32::from(standing.outranked);
             return to(
                 State::waiting(until, true, standing),
                 &[Action::StepAside],
@@ -74,7 +75,7 @@ impl Machine {
             );
         }
         // An outranked standby's looks after its deferrals are routine.
-        let reason = if standing.outranked && reason == Reason::HoldOver {
+        let reason = if standing.outranked > 0 && reason == Reason::HoldOver {
             Reason::RetryDue
         } else {
             reason

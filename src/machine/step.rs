@@ -55,7 +55,7 @@ impl Machine {
         // pauses with the flag set (see `on_health`).
         let standing = Standing {
             unhealthy: reason == Reason::WorkerUnhealthy,
-            outranked: false,
+            outranked: 0,
         };
         let graceful = now + self.stop_timeout;
         let kill_at = lease

@@ -6,7 +6,7 @@ const MS: Duration = Duration::from_millis(1);
 
 pub(super) const OUTRANKED: Standing = Standing {
     unhealthy: false,
-    outranked: true,
+    outranked: 1,
 };
 
 pub(super) fn machine() -> Machine {
@@ -153,8 +153,9 @@ pub(super) fn events(t0: Instant) -> Vec<Event> {
         },
         Event::WorkerHealthy,
         Event::WorkerUnhealthy,
-        Event::Outranked(true),
-        Event::Outranked(false),
+        Event::Outranked(1),
+        Event::Outranked(2),
+        Event::Outranked(0),
         Event::ShutdownRequested,
     ]
 }

@@ -152,7 +152,7 @@ pub async fn run(
         Succession::new(&config.id, config.priority.clone(), config.handover_delay);
     // Whether the registry says another candidate outranks this one; the
     // machine is told whenever its state does not remember it so.
-    let mut outranked = false;
+    let mut outranked = 0;
     let mut duplicate_warned = false;
     status.send_modify(|s| {
         s.ready = true;

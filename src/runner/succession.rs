@@ -23,8 +23,8 @@ pub(super) struct Succession {
 /// What one reading of the registry means for this candidate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Verdict {
-    /// A healthy candidate of higher priority is registered.
-    pub outranked: bool,
+    /// How many healthy candidates of higher priority are registered.
+    pub outranked: u8,
     /// Leading, and the best of them has been seen for the delay: hand over
     /// to it (its id and priority).
     pub hand_over: Option<(String, Priority)>,
@@ -45,15 +45,16 @@ impl Succession {
     }
 
     pub(super) fn judge(&mut self, records: &[Record], leading: bool, now: Instant) -> Verdict {
-        let best = records
+        let above: Vec<&Record> = records
             .iter()
             .filter(|r| r.id != self.me && r.eligible() && r.priority > self.priority)
-            .max_by(|a, b| {
-                a.priority
-                    .cmp(&b.priority)
-                    .then(b.since_ms.cmp(&a.since_ms))
-                    .then(b.id.cmp(&a.id))
-            });
+            .collect();
+        let best = above.iter().copied().max_by(|a, b| {
+            a.priority
+                .cmp(&b.priority)
+                .then(b.since_ms.cmp(&a.since_ms))
+                .then(b.id.cmp(&a.id))
+        });
         self.seen = match (best, self.seen.take()) {
             (None, _) => None,
             (Some(b), Some((id, since))) if b.id == id => Some((id, since)),
@@ -66,7 +67,7 @@ impl Succession {
             _ => None,
         };
         Verdict {
-            outranked: best.is_some(),
+            outranked: u8::try_from(above.len()).unwrap_or(u8::MAX),
             hand_over,
         }
     }
@@ -94,14 +95,14 @@ mod tests {
         let me = || Succession::new("me", Priority::parse("1.14").unwrap(), 10 * S);
         let mine = record("me", "1.14", None, 0);
         // (records, leading, after, outranked, hand over to)
-        type Row = (Vec<Record>, bool, Duration, bool, Option<&'static str>);
+        type Row = (Vec<Record>, bool, Duration, u8, Option<&'static str>);
         let rows: Vec<Row> = vec![
             // Equal priority: never.
             (
                 vec![mine.clone(), record("b", "1.14.0", None, 5)],
                 true,
                 60 * S,
-                false,
+                0,
                 None,
             ),
             // Lower: never.
@@ -109,7 +110,7 @@ mod tests {
                 vec![mine.clone(), record("b", "1.9", None, 5)],
                 true,
                 60 * S,
-                false,
+                0,
                 None,
             ),
             // Higher but unhealthy: never.
@@ -117,7 +118,7 @@ mod tests {
                 vec![mine.clone(), record("b", "2", Some(false), 5)],
                 true,
                 60 * S,
-                false,
+                0,
                 None,
             ),
             // Higher and healthy: outranked at once, handed over after the delay.
@@ -125,14 +126,14 @@ mod tests {
                 vec![mine.clone(), record("b", "1.15", Some(true), 5)],
                 true,
                 9 * S,
-                true,
+                1,
                 None,
             ),
             (
                 vec![mine.clone(), record("b", "1.15", None, 5)],
                 true,
                 10 * S,
-                true,
+                1,
                 Some("b"),
             ),
             // A standby is outranked but hands nothing over.
@@ -140,7 +141,7 @@ mod tests {
                 vec![mine.clone(), record("b", "1.15", None, 5)],
                 false,
                 60 * S,
-                true,
+                1,
                 None,
             ),
             // The best of several: highest, then longest running.
@@ -152,7 +153,7 @@ mod tests {
                 ],
                 true,
                 10 * S,
-                true,
+                3,
                 Some("d"),
             ),
         ];

@@ -25,6 +25,7 @@ mod operations;
 mod operators;
 mod postgres;
 mod postgres_setup;
+mod priority;
 mod redlock;
 mod replication;
 mod safety;
