@@ -4,8 +4,9 @@
 //! reach a GET could otherwise move leadership; the socket is created mode
 //! 0600, so only its owner (and root) can.
 //!
-//! The protocol is one line each way: `step-down [DUR]` → `ok: …`,
-//! `not-leader: …` or `error: …`.
+//! The protocol is one line each way: `step-down [DUR] [to ID]` → `ok: …`,
+//! `not-leader: …`, `refused: …` (no such candidate to hand over to) or
+//! `error: …`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,6 +19,8 @@ use tokio_util::sync::CancellationToken;
 pub struct Request {
     /// How long to stay out of the election; `None`: the configured hold.
     pub hold: Option<Duration>,
+    /// A targeted handover: the registered candidate to hand the lease to.
+    pub to: Option<String>,
     pub reply: oneshot::Sender<Reply>,
 }
 
@@ -25,8 +28,17 @@ pub struct Request {
 pub enum Reply {
     /// Stepping down: the work is being stopped and the lease released.
     SteppingDown { fencing_token: u64, hold: Duration },
+    /// Handing over to `to`: announced in the registry, released once every
+    /// candidate has read it (`after`).
+    HandingOver {
+        fencing_token: u64,
+        to: String,
+        after: Duration,
+    },
     /// Nothing to do: this instance does not lead.
     NotLeader { state: &'static str },
+    /// The handover cannot be done, and why (the leader keeps leading).
+    Refused { why: String },
 }
 
 impl Reply {
@@ -39,9 +51,18 @@ impl Reply {
                 "ok: stepping down from the term with fencing token {fencing_token}: stopping the work, releasing the lease, then no campaign for {}",
                 crate::config::show_duration(*hold)
             ),
+            Reply::HandingOver {
+                fencing_token,
+                to,
+                after,
+            } => format!(
+                "ok: handing over to {to} from the term with fencing token {fencing_token}: the others are told now, the lease is released in {} (once every candidate has read the registry)",
+                crate::config::show_duration(*after)
+            ),
             Reply::NotLeader { state } => {
                 format!("not-leader: this instance does not lead (state {state}); nothing to do")
             }
+            Reply::Refused { why } => format!("refused: {why}; the leader keeps leading"),
         }
     }
 }
@@ -121,9 +142,9 @@ async fn answer(stream: UnixStream, requests: mpsc::UnboundedSender<Request>) {
         return;
     }
     let answer = match parse(&line) {
-        Ok(hold) => {
+        Ok((hold, to)) => {
             let (reply, answered) = oneshot::channel();
-            if requests.send(Request { hold, reply }).is_err() {
+            if requests.send(Request { hold, to, reply }).is_err() {
                 "error: leaderd is shutting down".to_string()
             } else {
                 match answered.await {
@@ -137,23 +158,39 @@ async fn answer(stream: UnixStream, requests: mpsc::UnboundedSender<Request>) {
     let _ = write.write_all(format!("{answer}\n").as_bytes()).await;
 }
 
-/// `step-down` or `step-down DUR`.
-fn parse(line: &str) -> Result<Option<Duration>, String> {
-    let mut words = line.split_whitespace();
-    match (words.next(), words.next(), words.next()) {
-        (Some("step-down"), None, _) => Ok(None),
-        (Some("step-down"), Some(hold), None) => crate::config::parse_duration(hold).map(Some),
-        _ => Err(format!(
-            "unknown request {:?}; the admin socket understands `step-down [DUR]`",
+/// `step-down [DUR] [to ID]`.
+fn parse(line: &str) -> Result<(Option<Duration>, Option<String>), String> {
+    let unknown = || {
+        format!(
+            "unknown request {:?}; the admin socket understands `step-down [DUR] [to ID]`",
             line.trim()
-        )),
+        )
+    };
+    let mut words = line.split_whitespace();
+    if words.next() != Some("step-down") {
+        return Err(unknown());
     }
+    let (mut hold, mut to) = (None, None);
+    while let Some(word) = words.next() {
+        match word {
+            "to" if to.is_none() => to = Some(words.next().ok_or_else(unknown)?.to_string()),
+            _ if hold.is_none() && to.is_none() => {
+                hold = Some(crate::config::parse_duration(word)?)
+            }
+            _ => return Err(unknown()),
+        }
+    }
+    Ok((hold, to))
 }
 
 /// `leaderd step-down`: sends the request, prints the answer. Exit 0 when
 /// the leader is stepping down, 3 when this instance does not lead, 1 when
 /// the socket cannot be reached.
-pub fn step_down(path: &Path, hold: Option<Duration>) -> Result<(bool, String), String> {
+pub fn step_down(
+    path: &Path,
+    hold: Option<Duration>,
+    to: Option<&str>,
+) -> Result<(Option<bool>, String), String> {
     use std::io::{BufRead, Write};
     let mut stream = std::os::unix::net::UnixStream::connect(path).map_err(|e| {
         format!(
@@ -165,10 +202,14 @@ pub fn step_down(path: &Path, hold: Option<Duration>) -> Result<(bool, String), 
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
-    let request = match hold {
-        Some(hold) => format!("step-down {}ms\n", hold.as_millis()),
-        None => "step-down\n".to_string(),
-    };
+    let mut request = "step-down".to_string();
+    if let Some(hold) = hold {
+        request.push_str(&format!(" {}ms", hold.as_millis()));
+    }
+    if let Some(to) = to {
+        request.push_str(&format!(" to {to}"));
+    }
+    request.push('\n');
     stream
         .write_all(request.as_bytes())
         .map_err(|e| format!("admin socket {}: {e}", path.display()))?;
@@ -178,8 +219,9 @@ pub fn step_down(path: &Path, hold: Option<Duration>) -> Result<(bool, String), 
         .map_err(|e| format!("admin socket {}: no answer: {e}", path.display()))?;
     let answer = answer.trim().to_string();
     match answer.split_once(':').map(|(kind, _)| kind) {
-        Some("ok") => Ok((true, answer)),
-        Some("not-leader") => Ok((false, answer)),
+        Some("ok") => Ok((Some(true), answer)),
+        Some("not-leader") => Ok((Some(false), answer)),
+        Some("refused") => Ok((None, answer)),
         _ => Err(answer
             .strip_prefix("error: ")
             .unwrap_or(&answer)
@@ -193,10 +235,24 @@ mod tests {
 
     #[test]
     fn requests_parse_or_are_refused_by_name() {
-        assert_eq!(parse("step-down\n"), Ok(None));
-        assert_eq!(parse("step-down 45s\n"), Ok(Some(Duration::from_secs(45))));
+        assert_eq!(parse("step-down\n"), Ok((None, None)));
+        assert_eq!(
+            parse("step-down 45s\n"),
+            Ok((Some(Duration::from_secs(45)), None))
+        );
+        assert_eq!(
+            parse("step-down 45s to c2\n"),
+            Ok((Some(Duration::from_secs(45)), Some("c2".into())))
+        );
+        assert_eq!(parse("step-down to c2"), Ok((None, Some("c2".into()))));
         assert!(parse("step-down 45").unwrap_err().contains("unit"));
-        assert!(parse("reboot").unwrap_err().contains("step-down [DUR]"));
+        assert!(
+            parse("reboot")
+                .unwrap_err()
+                .contains("step-down [DUR] [to ID]")
+        );
         assert!(parse("step-down 1s extra").is_err());
+        assert!(parse("step-down to").is_err());
+        assert!(parse("step-down to a to b").is_err());
     }
 }

@@ -108,6 +108,10 @@ pub struct StepDownArgs {
     /// Stay out of the election this long instead of --step-down-hold.
     #[arg(long = "for", value_name = "DUR")]
     pub hold: Option<String>,
+    /// Hand the lease to this registered, healthy candidate (its --id): the
+    /// others are told to let it lead, then the lease is released.
+    #[arg(long = "to", value_name = "ID")]
+    pub to: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -82,7 +82,7 @@ fn other_command(cli: Cli) -> ExitCode {
                 Command::Status(s) => app::status(config, s.json).await,
                 Command::Check(c) if c.offline => app::check_offline(config),
                 Command::Check(_) => app::check(config).await,
-                Command::StepDown(s) => app::step_down(config, s.hold.as_deref()),
+                Command::StepDown(s) => app::step_down(config, s.hold.as_deref(), s.to.as_deref()),
                 Command::Run(_) | Command::Completions(_) | Command::Manpage(_) => {
                     unreachable!("answered before the config is loaded")
                 }

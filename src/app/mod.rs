@@ -314,7 +314,11 @@ pub async fn check(config: Config) -> Result<ExitCode, Failure> {
 
 /// `leaderd step-down`: asks the leaderd behind the admin socket to step
 /// down. Exit 0 stepping down, 3 not the leader, 1 unreachable.
-pub fn step_down(config: Config, hold: Option<&str>) -> Result<ExitCode, Failure> {
+pub fn step_down(
+    config: Config,
+    hold: Option<&str>,
+    to: Option<&str>,
+) -> Result<ExitCode, Failure> {
     let Some(path) = &config.admin.socket else {
         return Err(Failure::Config(ConfigError(
             "no admin socket is configured: give --admin-socket PATH (or LEADERD_ADMIN_SOCKET, or admin.socket), the one the running leaderd listens on".into(),
@@ -323,11 +327,12 @@ pub fn step_down(config: Config, hold: Option<&str>) -> Result<ExitCode, Failure
     let hold = hold
         .map(|h| crate::config::parse_duration(h).map_err(|e| ConfigError(format!("--for: {e}"))))
         .transpose()?;
-    let (stepping_down, answer) = admin::step_down(path, hold).map_err(Failure::Fatal)?;
+    let (stepping_down, answer) = admin::step_down(path, hold, to).map_err(Failure::Fatal)?;
     println!("{answer}");
-    Ok(if stepping_down {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(3)
+    Ok(match stepping_down {
+        Some(true) => ExitCode::SUCCESS,
+        Some(false) => ExitCode::from(3),
+        // Refused: no such candidate to hand over to.
+        None => ExitCode::from(2),
     })
 }

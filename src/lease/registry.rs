@@ -24,6 +24,10 @@ pub struct Record {
     /// When the candidate started, in ms since the Unix epoch.
     #[serde(default)]
     pub since_ms: u64,
+    /// A leader handing the lease to a named candidate (`step-down --to`):
+    /// the others let that one lead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub successor: Option<String>,
 }
 
 impl Record {
@@ -77,6 +81,7 @@ mod tests {
             healthy,
             version: "0.1.0".into(),
             since_ms,
+            successor: None,
         }
     }
 

@@ -348,6 +348,7 @@ pub enum Reason {
     Outranked,
     Deferred,
     HandOver,
+    HandOverTo,
     Ignored,
 }
 
@@ -397,6 +398,7 @@ impl Reason {
             Reason::Outranked => "outranked: another candidate leads first",
             Reason::Deferred => "deferring to a candidate of higher priority",
             Reason::HandOver => "handing over to a candidate of higher priority",
+            Reason::HandOverTo => "handing over to the candidate step-down --to named",
             Reason::Ignored => "event does not apply in this state",
         }
     }

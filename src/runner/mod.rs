@@ -14,7 +14,7 @@ pub use modes::EXIT_NOT_LEADER;
 
 use health::Health;
 use log::{Line, log_transition};
-use modes::{Once, step_down};
+use modes::{Asked, Once, step_down};
 use registry::Registration;
 use report::{ErrorLog, absorb, notice_duplicate_id};
 use succession::{Succession, Verdict};
@@ -153,6 +153,8 @@ pub async fn run(
     // Whether the registry says another candidate outranks this one; the
     // machine is told whenever its state does not remember it so.
     let mut outranked = 0;
+    // A targeted handover under way: when to release, and the hold after.
+    let mut handover: Option<(Instant, Duration)> = None;
     let mut duplicate_warned = false;
     status.send_modify(|s| {
         s.ready = true;
@@ -273,7 +275,25 @@ pub async fn run(
                 }
                 WorkEvent::CrashLoop { .. } => Event::StepDown { hold, reason: Reason::CrashLoop },
             }),
-            Some(request) = admin.recv() => step_down(&state, request, hold),
+            Some(request) = admin.recv() => {
+                let candidates = status.borrow().candidates.clone();
+                let after = config.timing.renew_interval + ANNOUNCED;
+                match step_down(&state, request, hold, (ident.id, &candidates, after)) {
+                    Asked::StepDown(event) => Some(event),
+                    Asked::HandOver { to, hold } => {
+                        registration.successor = Some(to);
+                        registration.soon();
+                        handover = Some((Instant::now() + after, hold));
+                        None
+                    }
+                    Asked::Nothing => None,
+                }
+            }
+            _ = sleep_until(handover.map(|(at, _)| at)), if handover.is_some() => {
+                let (_, hold) = handover.take().expect("armed");
+                registration.successor = None;
+                state.leading().map(|_| Event::StepDown { hold, reason: Reason::HandOverTo })
+            }
             // Once, at the deadline (a deadline in the past would fire at
             // every turn of the loop); an answer after it is judged as it
             // comes.
@@ -298,6 +318,11 @@ pub async fn run(
     }
     exit_code
 }
+
+/// How long past one renew interval a targeted handover waits before it
+/// releases: every candidate has read the registry once since the
+/// announcement, its answer included.
+const ANNOUNCED: Duration = Duration::from_millis(250);
 
 /// A state that remembers its standing (not idle, not leading, not on the
 /// way out, where [`Event::Outranked`] changes nothing).

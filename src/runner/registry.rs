@@ -20,6 +20,10 @@ pub(super) struct Registration {
     next: Option<Instant>,
     /// The health we last wrote.
     written: Option<bool>,
+    /// The successor a targeted handover names while it is under way.
+    pub(super) successor: Option<String>,
+    /// The record changed while a write was out: write again at once.
+    again: bool,
 }
 
 impl Registration {
@@ -33,6 +37,8 @@ impl Registration {
             every,
             next: Some(Instant::now()),
             written: None,
+            successor: None,
+            again: false,
         }
     }
 
@@ -57,6 +63,16 @@ impl Registration {
             healthy,
             version: env!("CARGO_PKG_VERSION").to_string(),
             since_ms: self.since_ms,
+            successor: self.successor.clone(),
+        }
+    }
+
+    /// Writes again at once (the record changed), or as soon as the write
+    /// that is out has been answered.
+    pub(super) fn soon(&mut self) {
+        match self.next {
+            Some(_) => self.next = Some(Instant::now()),
+            None => self.again = true,
         }
     }
 
@@ -68,7 +84,12 @@ impl Registration {
         status: &watch::Sender<Snapshot>,
         metrics: &Metrics,
     ) -> Option<Vec<Record>> {
-        self.next = Some(Instant::now() + self.every);
+        let wait = if std::mem::take(&mut self.again) {
+            Duration::ZERO
+        } else {
+            self.every
+        };
+        self.next = Some(Instant::now() + wait);
         match result {
             Ok(records) => {
                 metrics.candidates(records.len());

@@ -66,8 +66,16 @@ impl Succession {
             }
             _ => None,
         };
+        // A successor named by the leader (`step-down --to`) comes first:
+        // it defers to nobody, and everyone else defers to it.
+        let named = records.iter().find_map(|r| r.successor.as_deref());
+        let outranked = match named {
+            Some(id) if id == self.me => 0,
+            Some(_) => above.len().max(1),
+            None => above.len(),
+        };
         Verdict {
-            outranked: u8::try_from(above.len()).unwrap_or(u8::MAX),
+            outranked: u8::try_from(outranked).unwrap_or(u8::MAX),
             hand_over,
         }
     }
@@ -84,6 +92,7 @@ mod tests {
             healthy,
             version: "0.1.0".into(),
             since_ms,
+            successor: None,
         }
     }
 
@@ -164,6 +173,19 @@ mod tests {
             assert_eq!(v.outranked, outranked, "{records:?}");
             assert_eq!(v.hand_over.map(|(id, _)| id).as_deref(), to, "{records:?}");
         }
+    }
+
+    #[test]
+    fn a_named_successor_comes_first() {
+        let t0 = Instant::now();
+        let mut leader = record("l", "1", None, 0);
+        leader.successor = Some("me".into());
+        let higher = record("h", "9", None, 0);
+        let records = vec![leader, higher];
+        let mut me = Succession::new("me", Priority::default(), 10 * S);
+        assert_eq!(me.judge(&records, false, t0).outranked, 0);
+        let mut other = Succession::new("o", Priority::parse("20").unwrap(), 10 * S);
+        assert_eq!(other.judge(&records, false, t0).outranked, 1);
     }
 
     #[test]

@@ -506,7 +506,9 @@ fn the_registry_lists_every_candidate_and_forgets_one_within_a_ttl_of_its_death(
         let last = 3 - leader - victim;
         nodes[last].signal("TERM");
         nodes[last].wait_exit(PATIENCE);
-        let ids = listed(scene, &key).expect("status answers");
+        let ids = eventually(PATIENCE, "the stopped one gone", || {
+            listed(scene, &key).filter(|ids| ids.len() == 1)
+        });
         assert_eq!(ids, vec![leader_id.clone()], "{name}");
     });
 }

@@ -140,3 +140,53 @@ fn a_priority_that_is_not_one_is_refused() {
     );
     assert!(err.contains("a suffix such as -rc1"), "{err}");
 }
+
+/// `step-down --to ID`: the leader tells the others, then releases, and
+/// the named candidate leads (not the one of higher priority); an unknown
+/// id is refused and the leader keeps leading.
+#[test]
+fn step_down_to_hands_the_lease_to_the_named_candidate() {
+    let redis = Redis::start();
+    let key = support::key("priority-to");
+    let dir = support::Scratch::new("priority-to");
+    let socket = dir.join("admin.sock");
+    let logs: Vec<_> = ["a", "b", "c"].iter().map(|id| dir.join(id)).collect();
+    let (url, probe) = (redis.url(), support::probe_child());
+    let leader_args = [
+        &["--redis", &url, "--key", &key][..],
+        FAST,
+        &["--admin-socket", path_str(&socket)],
+        &["--", &probe, path_str(&logs[0])],
+    ]
+    .concat();
+    let a = Leaderd::run("a", &leader_args);
+    a.wait_leading(WAIT);
+    // b outranks c, yet c is the one named.
+    let b = ranked(&redis, &key, "b", "5", &logs[1]);
+    let c = ranked(&redis, &key, "c", "1", &logs[2]);
+    eventually(WAIT, "the leader to see both", || {
+        all_see(&[&a], "b").then_some(())?;
+        all_see(&[&a], "c").then_some(())
+    });
+    let ask = |to: &str| {
+        support::run_to_end(&["step-down", "--admin-socket", path_str(&socket), "--to", to])
+    };
+    let (code, out, err) = ask("nobody");
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        out.contains("refused: no candidate `nobody` is registered (registered: "),
+        "{out}"
+    );
+    assert!(
+        a.is_leader(),
+        "the leader stopped leading after a refused handover"
+    );
+    let (code, out, err) = ask("c");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("ok: handing over to c"), "{out}");
+    c.wait_leading(WAIT);
+    assert_eq!(starts(&logs[1]), 0, "the lease went to b, not the named c");
+    assert!(support::most_alive(&logs) <= 1, "two children at once");
+    // The handover was the release: a's log names it.
+    a.wait_log(WAIT, "handing over to the candidate step-down --to named");
+}
