@@ -162,7 +162,7 @@ fn step_down_to_hands_the_lease_to_the_named_candidate() {
     let a = Leaderd::run("a", &leader_args);
     a.wait_leading(WAIT);
     // b outranks c, yet c is the one named.
-    let b = ranked(&redis, &key, "b", "5", &logs[1]);
+    let _b = ranked(&redis, &key, "b", "5", &logs[1]);
     let c = ranked(&redis, &key, "c", "1", &logs[2]);
     eventually(WAIT, "the leader to see both", || {
         all_see(&[&a], "b").then_some(())?;
