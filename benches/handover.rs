@@ -16,6 +16,8 @@ mod support;
 
 #[path = "handover/health.rs"]
 mod health;
+#[path = "handover/rollout.rs"]
+mod rollout;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -624,6 +626,14 @@ fn main() {
         .unwrap()
         .to_string();
     let dir = support::temp_dir("bench");
+    // `BENCH_ONLY=rollout`: the rolling-update table alone.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("rollout") {
+        let redis = Redis::start();
+        let etcd = support::etcd::Etcd::start(3);
+        rollouts(&redis, &etcd, &exe, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     let mut bench = Bench {
         redis: Redis::start(),
         more: Vec::new(),
@@ -881,6 +891,10 @@ fn main() {
         println!("| {name} | {cpu:.3} % | {n} | {per:.3} ms |");
     }
     println!();
+    if let Some(etcd) = &on_etcd.etcd {
+        rollouts(&bench.redis, etcd, &exe, &dir);
+        println!();
+    }
     let size = std::fs::metadata(support::BIN).map_or(0, |m| m.len());
     println!(
         "binary: {} ({:.1} MiB)",
@@ -890,6 +904,34 @@ fn main() {
     println!("children alive at once, most seen in all graceful handovers: {overlaps}");
     let _ = std::fs::remove_dir_all(&dir);
     assert!(overlaps <= 1, "two children overlapped");
+}
+
+/// The rolling-update table: K = 5 replaced one at a time, three rollouts
+/// each (the leader replaced at a random step).
+fn rollouts(redis: &Redis, etcd: &support::etcd::Etcd, exe: &str, dir: &Path) {
+    let seeds = [1, 2, 3];
+    println!(
+        "| rolling update, K = 5, ttl 3 s | leadership changes, mean (each) | time without a running child, mean | max | children at once, most | rollouts |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let on_redis = vec!["--redis".to_string(), redis.url()];
+    let on_etcd = etcd.args();
+    for (store, args) in [("Redis", &on_redis), ("etcd, 3 members", &on_etcd)] {
+        for priority in [false, true] {
+            let how = if priority {
+                "with --priority"
+            } else {
+                "without --priority"
+            };
+            let tag = format!("{}-{priority}", store.split(',').next().unwrap());
+            rollout::row(&format!("leaderd on {store}, {how}"), &seeds, |seed| {
+                rollout::leaderd(args, exe, dir, &tag, (5, priority, seed))
+            });
+        }
+    }
+    rollout::row("etcdctl lock --ttl 3, etcd, 3 members", &seeds, |seed| {
+        rollout::etcdctl(&etcd.endpoints(), exe, dir, 5, seed)
+    });
 }
 
 fn num_cpus() -> usize {
