@@ -19,7 +19,8 @@ pub const RETRY: Duration = Duration::from_millis(300);
 /// Before the first fault: the first leader, and Redlock's masters warm.
 const WARMUP: Duration = Duration::from_secs(5);
 
-/// Every candidate checks its worker (`Kind::Sick` turns one unhealthy):
+/// Every candidate checks its worker (`Kind::Sick` turns one unhealthy), and
+/// the last one has a higher `--priority` than the others (see `launch`):
 /// condemned after two failed checks, 400 ms of hold-off after a step-down.
 const HEALTH: [&str; 6] = [
     "--health-interval",
@@ -79,6 +80,12 @@ impl Fleet {
         let (probe, health) = (support::probe_child(), self.workers[i].url());
         let mut args: Vec<&str> = self.links.args[i].iter().map(String::as_str).collect();
         args.extend_from_slice(&HEALTH);
+        // The last candidate outranks the others, which are equals: after a
+        // fault it takes the lease back by a handover (`--handover-delay`),
+        // and the others never hand over among themselves.
+        let top = i + 1 == self.nodes.len();
+        args.extend_from_slice(&["--priority", if top { "2" } else { "1" }]);
+        args.extend_from_slice(&["--handover-delay", "1s"]);
         args.extend_from_slice(&[
             "--health",
             &health,
