@@ -290,6 +290,12 @@ impl LeaseBackend for ZkLease {
     }
 
     async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
+        // Off the registry on the way out: a session that is over took our
+        // ephemeral record with it, and opening one now would only delay
+        // the exit.
+        if me.is_none() && self.session.as_ref().is_none_or(Session::is_over) {
+            return Ok(Vec::new());
+        }
         let s = self.session().await?;
         match self.registry.register(&s, me).await {
             Ok(records) => Ok(records),
