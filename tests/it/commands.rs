@@ -12,7 +12,7 @@ fn status_reports_holder_token_and_time_left() {
     let url = redis.url();
     let (code, out, err) = run_to_end(&["status", "--redis", &url, "--key", "st"]);
     assert_eq!(code, 3, "vacant: {out}{err}");
-    assert_eq!(out.trim(), "st: vacant");
+    assert_eq!(out.trim(), "st: vacant\nno candidates registered");
 
     let node = Leaderd::run("holder-1", &["--redis", &url, "--key", "st", "--ttl", "5s"]);
     node.wait_leading(support::WAIT);
