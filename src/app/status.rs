@@ -90,13 +90,15 @@ pub fn describe_candidates(records: &[Record], leader: Option<&str>) -> String {
             Some(false) => "  worker UNHEALTHY",
             None => "",
         };
-        let up = Duration::from_millis(now.saturating_sub(r.since_ms) / 1000 * 1000);
+        let up = Duration::from_secs(now.saturating_sub(r.since_ms) / 1000);
+        let up = if up.is_zero() {
+            "<1s".to_string()
+        } else {
+            show_duration(up)
+        };
         out.push_str(&format!(
-            "  {:width$}  {role}  priority {}{health}  leaderd {}  up {}\n",
-            r.id,
-            r.priority,
-            r.version,
-            show_duration(up),
+            "  {:width$}  {role}  priority {}{health}  leaderd {}  up {up}\n",
+            r.id, r.priority, r.version,
         ));
     }
     out

@@ -172,7 +172,12 @@ fn build(
     };
     check_timing(&timing, &ttl, &renew_interval, &renew_deadline)?;
     let handover_delay = r.scalar(&options::HANDOVER_DELAY, positive(values::parse_duration))?;
-    let handover_delay = or_default(handover_delay, Duration::from_secs(10), "");
+    // The default follows a long renew interval (a TTL over 30 s).
+    let handover_delay = or_default(
+        handover_delay,
+        Duration::from_secs(10).max(renew_interval.value),
+        "10s, at least the renew interval",
+    );
     note(
         "handover_delay",
         format!("{:?}", show(handover_delay.value)),

@@ -155,7 +155,7 @@ pub const HANDOVER_DELAY: Spec = spec(
 .value("DUR")
 .under(ELECTION)
 .help("How long a leader sees a registered, healthy candidate of higher priority before it hands over to it")
-.default("10s");
+.default("10s, at least the renew interval");
 pub const TTL: Spec = spec("ttl", "--ttl", "LEADERD_TTL", "lease.ttl")
     .value("DUR")
     .under(TIMING)

@@ -500,6 +500,9 @@ fn priority_and_handover_delay_from_flag_env_and_file() {
         err.starts_with("LEADERD_PRIORITY: `1.14.2-rc1` is not a priority"),
         "{err}"
     );
+    // A long TTL takes the default along; given shorter, it is an error.
+    let c = Case::new().env("LEADERD_TTL", "90s").build().unwrap();
+    assert_eq!(c.handover_delay, Duration::from_secs(30));
     let err = Case::new().env("LEADERD_HANDOVER_DELAY", "1s").err();
     assert!(
         err.contains("is shorter than lease.renew_interval"),
