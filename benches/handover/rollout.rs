@@ -5,7 +5,7 @@
 //! the same rollout. Counted: leadership changes (children started after
 //! the rollout began) and the time no child ran.
 
-use super::{PROBE, max_overlap, mono_ns, records};
+use super::{PROBE, mono_ns, records};
 use crate::support::{Leaderd, eventually};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -32,17 +32,48 @@ fn shuffled(k: usize, seed: u64) -> Vec<usize> {
     keyed.into_iter().map(|(_, i)| i).collect()
 }
 
-/// A child runs now, by the probe file.
-fn running(file: &Path) -> bool {
-    let recs = records(file);
+/// The probe file's records, with a stop line for each child killed with
+/// SIGKILL (which writes none) at the instant it was killed.
+fn with_kills(file: &Path, killed: &[(u32, u64)]) -> Vec<(String, u32, u64)> {
+    let mut recs = records(file);
+    recs.extend(
+        killed
+            .iter()
+            .map(|&(pid, ns)| ("stop".to_string(), pid, ns)),
+    );
+    recs
+}
+
+/// The most children alive at once, by the records and the kills.
+fn most_alive(file: &Path, killed: &[(u32, u64)]) -> i32 {
+    let mut events: Vec<(u64, i32)> = with_kills(file, killed)
+        .into_iter()
+        .filter_map(|(k, _, ns)| match k.as_str() {
+            "start" => Some((ns, 1)),
+            "stop" => Some((ns, -1)),
+            _ => None,
+        })
+        .collect();
+    events.sort();
+    let (mut alive, mut most) = (0, 0);
+    for (_, change) in events {
+        alive += change;
+        most = most.max(alive);
+    }
+    most
+}
+
+/// A child runs now, by the probe file (and the kills).
+fn running(file: &Path, killed: &[(u32, u64)]) -> bool {
+    let recs = with_kills(file, killed);
     recs.iter()
         .any(|(k, pid, _)| k == "start" && !recs.iter().any(|(s, p, _)| s == "stop" && p == pid))
 }
 
 /// Children started after `from`, and the time in `from..to` no child ran
 /// (a child without a stop line runs to `to`).
-fn judge(file: &Path, from: u64, to: u64) -> (usize, f64) {
-    let recs = records(file);
+fn judge(file: &Path, from: u64, to: u64, killed: &[(u32, u64)]) -> (usize, f64) {
+    let recs = with_kills(file, killed);
     let mut spans: Vec<(u64, u64)> = recs
         .iter()
         .filter(|(k, _, _)| k == "start")
@@ -93,7 +124,7 @@ pub fn leaderd(
         .map(|i| Some(spawn(format!("old{i}"), "1.4")))
         .collect();
     eventually(Duration::from_secs(30), "a first leader", || {
-        running(&file).then_some(())
+        running(&file, &[]).then_some(())
     });
     let from = mono_ns();
     let mut new: Vec<Leaderd> = Vec::new();
@@ -125,15 +156,15 @@ pub fn leaderd(
     eventually(
         Duration::from_secs(30),
         "a leader after the rollout",
-        || running(&file).then_some(()),
+        || running(&file, &[]).then_some(()),
     );
     let to = mono_ns();
-    let (changes, leaderless_ms) = judge(&file, from, to);
+    let (changes, leaderless_ms) = judge(&file, from, to, &[]);
     drop(new);
     Outcome {
         changes,
         leaderless_ms,
-        overlap: max_overlap(&file),
+        overlap: most_alive(&file, &[]),
     }
 }
 
@@ -171,8 +202,9 @@ pub fn etcdctl(endpoints: &str, exe: &str, dir: &Path, k: usize, seed: u64) -> O
     };
     let mut old: Vec<Option<std::process::Child>> = (0..k).map(|_| Some(spawn())).collect();
     eventually(Duration::from_secs(30), "a first holder", || {
-        running(&file).then_some(())
+        running(&file, &[]).then_some(())
     });
+    let mut killed: Vec<(u32, u64)> = Vec::new();
     let from = mono_ns();
     let mut new = Vec::new();
     for victim in shuffled(k, seed) {
@@ -193,6 +225,7 @@ pub fn etcdctl(endpoints: &str, exe: &str, dir: &Path, k: usize, seed: u64) -> O
             for child in children {
                 // SAFETY: as above.
                 unsafe { libc::kill(child, libc::SIGKILL) };
+                killed.push((child as u32, mono_ns()));
             }
             let _ = n.kill();
         }
@@ -201,10 +234,10 @@ pub fn etcdctl(endpoints: &str, exe: &str, dir: &Path, k: usize, seed: u64) -> O
     std::thread::sleep(Duration::from_secs(1));
     let got = (0..600).any(|_| {
         std::thread::sleep(Duration::from_millis(50));
-        running(&file)
+        running(&file, &killed)
     });
     let to = mono_ns();
-    let (changes, leaderless_ms) = judge(&file, from, to);
+    let (changes, leaderless_ms) = judge(&file, from, to, &killed);
     for mut n in new {
         for child in crate::support::os::children_of(n.id()) {
             // SAFETY: plain syscall to a process we started.
@@ -219,6 +252,6 @@ pub fn etcdctl(endpoints: &str, exe: &str, dir: &Path, k: usize, seed: u64) -> O
     Outcome {
         changes,
         leaderless_ms,
-        overlap: max_overlap(&file),
+        overlap: most_alive(&file, &killed),
     }
 }
