@@ -242,18 +242,28 @@ impl Resolving<'_> {
         let (text, mode) = self.read(path, &origin)?;
         self.warnings.extend(loose_secret_file(&origin, path, mode));
         let shown = path.display();
-        let items: Vec<&str> = if spec.list {
-            text.split(['\n', ','])
+        let lines: Vec<&str> = if spec.list {
+            text.lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty())
                 .collect()
         } else {
             vec![text.trim()]
         };
-        let value = items
-            .into_iter()
-            .map(|l| parse(l).map_err(|msg| ConfigError(format!("{origin} ({shown}): {msg}"))))
-            .collect::<Result<Vec<_>, _>>()?;
+        let at = |msg: String| ConfigError(format!("{origin} ({shown}): {msg}"));
+        let mut value = Vec::new();
+        for line in lines {
+            // A file, like the env var, holds every URL at once: its
+            // lines and the commas the option's rule allows separate them.
+            let items = if spec.list {
+                spec.commas.split(line, spec, true).map_err(at)?
+            } else {
+                vec![line.to_string()]
+            };
+            for item in items {
+                value.push(parse(&item).map_err(at)?);
+            }
+        }
         Ok(Value { value, origin })
     }
 }

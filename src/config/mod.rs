@@ -22,6 +22,8 @@ mod build;
 mod error;
 mod file;
 mod health;
+#[cfg(test)]
+mod list_tests;
 mod model;
 pub mod options;
 mod priority;

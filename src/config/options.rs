@@ -25,6 +25,9 @@ pub struct Spec {
     pub default: Option<&'static str>,
     /// Repeatable flag, comma-separated env var, TOML array.
     pub list: bool,
+    /// How a list option's values are separated by commas (the same rule
+    /// for the flag, the env var, the TOML array and a URL file).
+    pub commas: Commas,
     /// The values completions offer (the configuration still checks them).
     pub choices: &'static [&'static str],
     /// A switch: `--flag` alone means `true` (`--flag=false` is allowed),
@@ -51,6 +54,7 @@ pub const fn spec(
         help: "",
         default: None,
         list: false,
+        commas: Commas::Separate,
         choices: &[],
         switch: false,
     }
@@ -85,6 +89,10 @@ impl Spec {
         self.list = true;
         self
     }
+    pub const fn commas(mut self, commas: Commas) -> Self {
+        self.commas = commas;
+        self
+    }
     pub const fn no_flag(mut self) -> Self {
         self.flag = None;
         self
@@ -103,7 +111,11 @@ impl Spec {
     pub fn help_line(&self) -> String {
         let mut line = self.help.to_string();
         if let Some(env) = self.env {
-            let how = if self.list { ", comma-separated" } else { "" };
+            let how = match (self.list, self.commas) {
+                (false, _) | (true, Commas::Kept) => "",
+                (true, Commas::Separate) => ", comma-separated",
+                (true, Commas::BeforeScheme) => ", comma-separated URLs",
+            };
             line.push_str(&format!(" [env: {env}{how}]"));
         }
         if let Some(key) = self.key {
@@ -114,6 +126,74 @@ impl Spec {
         }
         line
     }
+}
+
+/// Where a comma separates two values of a list option. The option takes
+/// several values by repetition (`--etcd A --etcd B`), as a TOML array, and
+/// as one text holding commas, in every form: `--etcd A,B`,
+/// `LEADERD_ETCD_ENDPOINTS=A,B`, `endpoints = ["A,B"]`.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Commas {
+    /// No value can hold a comma: every comma separates two values.
+    Separate,
+    /// A value may hold commas (a Redis Sentinel or Cluster URL lists its
+    /// hosts with them), so only a comma followed by a URL scheme
+    /// (`redis://`) separates two values. The env var, which cannot be
+    /// repeated, is split there; a flag or TOML value that holds two URLs
+    /// is refused, saying to give one URL each: for Redis, one URL with
+    /// commas means one server and several URLs mean Redlock, and a reader
+    /// of a manifest should not have to count schemes to tell which.
+    BeforeScheme,
+    /// Commas are part of the values (a command's arguments).
+    Kept,
+}
+
+impl Commas {
+    /// The values one given text holds; `from_env`: it came from the
+    /// environment variable (which cannot be repeated). `Err` says why a
+    /// text is refused, without the text (it may hold a password).
+    pub fn split(self, text: &str, spec: &Spec, from_env: bool) -> Result<Vec<String>, String> {
+        let items: Vec<String> = match self {
+            Commas::Kept => return Ok(vec![text.to_string()]),
+            Commas::Separate => text.split(',').map(|s| s.trim().to_string()).collect(),
+            Commas::BeforeScheme => split_before_schemes(text),
+        };
+        if items.iter().any(String::is_empty) && text.contains(',') {
+            return Err("an empty value between commas".into());
+        }
+        if self == Commas::BeforeScheme && items.len() > 1 && !from_env {
+            let flag = spec.flag.unwrap_or("the option");
+            let key = spec.key.unwrap_or("its TOML key");
+            return Err(format!(
+                "{} URLs in one value; give {flag} once per URL (for Redlock: {flag} URL1 {flag} URL2 {flag} URL3), or a TOML array `{key} = [\"URL1\", \"URL2\", \"URL3\"]`",
+                items.len()
+            ));
+        }
+        Ok(items)
+    }
+}
+
+/// Splits at each comma that a URL scheme (`letters://`) follows.
+fn split_before_schemes(text: &str) -> Vec<String> {
+    let mut items = Vec::new();
+    let mut start = 0;
+    for (at, _) in text.match_indices(',') {
+        let rest = &text[at + 1..];
+        let rest = rest.trim_start();
+        let scheme = rest.split("://").next().unwrap_or("");
+        let is_scheme = rest.contains("://")
+            && !scheme.is_empty()
+            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+        if is_scheme {
+            items.push(text[start..at].trim().to_string());
+            start = at + 1;
+        }
+    }
+    items.push(text[start..].trim().to_string());
+    items
 }
 
 pub const ELECTION: &str = "Election";
@@ -236,7 +316,8 @@ pub const CHILD_COMMAND: Spec = spec("command", "", "", "child.command")
     .value("COMMAND")
     .under(WORK)
     .help("The command to run while leader (on the command line: after `--`)")
-    .list();
+    .list()
+    .commas(Commas::Kept);
 pub const RESTART_LIMIT: Spec = spec(
     "restart_limit",
     "--restart-limit",

@@ -169,10 +169,9 @@ impl<'a> Resolver<'a> {
                     (!given.is_empty())
                         .then(|| (given.to_vec(), Origin::Flag(spec.flag.expect("a flag"))))
                 }
-                Layer::Env => self.env_of(spec)?.map(|(v, name)| {
-                    let items = v.split(',').map(|s| s.trim().to_string()).collect();
-                    (items, Origin::Env(name))
-                }),
+                Layer::Env => self
+                    .env_of(spec)?
+                    .map(|(v, name)| (vec![v], Origin::Env(name))),
                 Layer::File => self.sources.file.and_then(|f| f.list(spec)).map(|at| {
                     let origin = self.file_origin(spec, &at);
                     (at.value, origin)
@@ -182,13 +181,20 @@ impl<'a> Resolver<'a> {
                 break;
             }
         }
-        let Some((items, origin)) = found else {
+        let Some((given, origin)) = found else {
             return Ok(None);
         };
-        let parsed = items
-            .iter()
-            .map(|item| parse(item).map_err(|msg| ConfigError(format!("{origin}: {msg}"))))
-            .collect::<Result<Vec<_>, _>>()?;
+        let from_env = matches!(origin, Origin::Env(_));
+        let mut parsed = Vec::new();
+        for text in &given {
+            let items = spec
+                .commas
+                .split(text, spec, from_env)
+                .map_err(|msg| ConfigError(format!("{origin}: {msg}")))?;
+            for item in items {
+                parsed.push(parse(&item).map_err(|msg| ConfigError(format!("{origin}: {msg}")))?);
+            }
+        }
         Ok(Some(Value {
             value: parsed,
             origin,

@@ -4,7 +4,7 @@
 //! them.
 
 use super::urls::{RedisUrl, WaitReplicas, parse_redis_url, parse_wait_replicas};
-use crate::config::options::{BACKEND, Spec, spec};
+use crate::config::options::{BACKEND, Commas, Spec, spec};
 use crate::config::{
     ConfigError, Declared, Origin, Resolving, Secret, or_default, positive, show_duration as show,
 };
@@ -14,7 +14,8 @@ pub const REDIS: Spec = spec("redis", "--redis", "LEADERD_REDIS_URL", "redis.url
     .value("URL")
     .under(BACKEND)
     .help("Redis URL, redis://[user:pass@]host:port/db or rediss:// for TLS; three or more independent masters for Redlock (or in a file: LEADERD_REDIS_URL_FILE, redis.url_file)")
-    .list();
+    .list()
+    .commas(Commas::BeforeScheme);
 pub const REDIS_URL_FILE: Spec = spec(
     "redis_url_file",
     "",
