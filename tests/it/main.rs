@@ -26,6 +26,7 @@ mod operators;
 mod postgres;
 mod postgres_setup;
 mod priority;
+mod prometheus;
 mod redlock;
 mod replication;
 mod safety;

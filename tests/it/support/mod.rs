@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod etcd;
 pub mod os;
 pub mod postgres;
+pub mod prometheus;
 pub mod proxy;
 pub mod redlock;
 pub mod sentinel;
@@ -323,7 +324,12 @@ pub struct Leaderd {
 impl Leaderd {
     /// `leaderd run --id ID --http 127.0.0.1:PORT ARGS...`
     pub fn run(id: &str, args: &[&str]) -> Leaderd {
-        let http_port = free_port();
+        Leaderd::run_on(id, free_port(), args)
+    }
+
+    /// Like [`Leaderd::run`], serving HTTP on `http_port` (a port handed
+    /// out by [`free_port`] before, e.g. to name it as a scrape target).
+    pub fn run_on(id: &str, http_port: u16, args: &[&str]) -> Leaderd {
         let http = format!("127.0.0.1:{http_port}");
         let mut full = vec!["run", "--id", id, "--http", &http];
         full.extend_from_slice(args);
