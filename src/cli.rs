@@ -133,9 +133,27 @@ pub struct ManpageArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Print the status as one JSON object.
+    /// Print the status as one JSON object (with --watch: one per change).
     #[arg(long)]
     pub json: bool,
+    /// Keep watching: redraw in place on a terminal, else print one line
+    /// per change; Ctrl-C ends it (exit 0).
+    #[arg(long)]
+    pub watch: bool,
+    /// With --watch: how often to look at the lease.
+    #[arg(long, value_name = "DUR", default_value = "500ms", value_parser = watch_interval, requires = "watch")]
+    pub interval: std::time::Duration,
+}
+
+/// `--interval`: a duration with a unit, from 50ms (each look is a read
+/// of the store) to an hour.
+fn watch_interval(text: &str) -> Result<std::time::Duration, String> {
+    let every = crate::config::parse_duration(text)?;
+    if every < std::time::Duration::from_millis(50) || every > std::time::Duration::from_secs(3600)
+    {
+        return Err(format!("`{text}` is outside 50ms..1h"));
+    }
+    Ok(every)
 }
 
 /// Every option of leaderd and of every registered backend, as clap sees

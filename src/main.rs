@@ -41,9 +41,14 @@ fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Run(_)) {
-        // Only `run` holds anything to release.
+        // Only `run` holds anything to release; `status --watch` ends on
+        // Ctrl-C as asked, with exit 0.
+        let watching = matches!(&cli.command, Command::Status(s) if s.watch);
+        if watching {
+            return other_command(cli, Some(caught));
+        }
         caught.restore_default();
-        return other_command(cli);
+        return other_command(cli, None);
     }
     let Command::Run(run) = &cli.command else {
         unreachable!("checked above")
@@ -62,7 +67,7 @@ fn main() -> ExitCode {
 }
 
 /// `status`, `check`, `step-down`, `completions`, `manpage`.
-fn other_command(cli: Cli) -> ExitCode {
+fn other_command(cli: Cli, caught: Option<shutdown::Caught>) -> ExitCode {
     let (args, command): (&ConfigArgs, &[String]) = match &cli.command {
         Command::Run(_) => unreachable!("`run` is main's"),
         Command::Status(status) => (&status.config, &[]),
@@ -79,6 +84,12 @@ fn other_command(cli: Cli) -> ExitCode {
     let outcome = runtime().and_then(|rt| {
         rt.block_on(async move {
             match cli.command {
+                Command::Status(s) if s.watch => match caught.map(|c| c.into_quiet_stop()) {
+                    Some(Ok(stop)) => app::watch_status(config, s.json, s.interval, stop).await,
+                    _ => Err(app::Failure::Fatal(
+                        "cannot catch SIGINT and SIGTERM".into(),
+                    )),
+                },
                 Command::Status(s) => app::status(config, s.json).await,
                 Command::Check(c) if c.offline => app::check_offline(config),
                 Command::Check(_) => app::check(config).await,

@@ -98,6 +98,27 @@ impl Caught {
         }
     }
 
+    /// For `status --watch`, which holds nothing but should end as asked:
+    /// the first SIGINT or SIGTERM cancels the returned token, quietly; a
+    /// second acts as by default. Call it inside the runtime.
+    pub fn into_quiet_stop(self) -> std::io::Result<CancellationToken> {
+        let stop = CancellationToken::new();
+        let default = self.default.clone();
+        for pipe in self.pipes {
+            pipe.set_nonblocking(true)?;
+            let mut pipe = tokio::net::UnixStream::from_std(pipe)?;
+            let (stop, default) = (stop.clone(), default.clone());
+            tokio::spawn(async move {
+                let mut byte = [0u8; 1];
+                if let Ok(1..) = pipe.read(&mut byte).await {
+                    default.store(true, Ordering::SeqCst);
+                    stop.cancel();
+                }
+            });
+        }
+        Ok(stop)
+    }
+
     /// Hands the caught signals to the runtime: returns the tokens every
     /// task watches, `requested` already cancelled if a signal came during
     /// start-up. Call it inside the runtime.

@@ -2,7 +2,10 @@
 # Sourced by scripts/test and scripts/bench: installs what tests and
 # benchmarks run for real, from Debian's packages, when it is missing:
 #   redis-server  (redis-server) the servers the fixtures start
-#   promtool      (prometheus)   lints the /metrics scrapes
+#   promtool, prometheus (prometheus)  lints the /metrics scrapes, tests the
+#                 alert rules, and runs the Prometheus server the alert and
+#                 dashboard test starts
+#   tmux          (tmux)         the real terminal `status --watch` is tested in
 #   initdb, postgres, psql (postgresql)  the PostgreSQL servers the fixtures
 #                 start (Debian keeps them in /usr/lib/postgresql/VERSION/bin)
 #   pgbouncer     (pgbouncer)    the transaction pooler the PostgreSQL tests
@@ -14,7 +17,8 @@
 # The packages' own services are never used: the tests start their own
 # servers on free loopback ports.
 ensure_tools_missing=()
-for tool in redis-server:redis-server promtool:prometheus etcd:etcd-server etcdctl:etcd-client; do
+for tool in redis-server:redis-server promtool:prometheus prometheus:prometheus tmux:tmux \
+  etcd:etcd-server etcdctl:etcd-client; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || ensure_tools_missing+=("${tool##*:}")
 done
 # As root the fixtures run the server as the `postgres` user, which the

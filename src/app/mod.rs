@@ -1,8 +1,10 @@
 //! The three commands (`run`, `status`, `check`) wired from their parts, and
 //! the mapping of their outcomes to exit codes (PRODUCT §1).
 
+mod live;
 mod status;
 
+pub use live::watch_status;
 use status::describe_peek;
 pub use status::status;
 

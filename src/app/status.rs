@@ -3,41 +3,49 @@
 
 use super::{Failure, backend};
 use crate::config::{Config, show_duration};
-use crate::lease::Peek;
 use crate::lease::registry::{Record, in_order};
+use crate::lease::{self, LeaseBackend, Peek};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-#[derive(serde::Serialize)]
-struct StatusView<'a> {
-    key: &'a str,
-    backend: String,
-    held: bool,
-    leader: Option<String>,
-    fencing_token: Option<u64>,
-    expires_in_ms: Option<u64>,
+#[derive(serde::Serialize, Debug, Clone, PartialEq)]
+pub(super) struct StatusView {
+    pub key: String,
+    pub backend: String,
+    pub held: bool,
+    pub leader: Option<String>,
+    pub fencing_token: Option<u64>,
+    pub expires_in_ms: Option<u64>,
     /// Redlock: no holder on a majority of masters, and no majority free.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    contested: bool,
+    pub contested: bool,
     /// Every registered candidate, in the order they would lead.
-    candidates: Vec<Record>,
+    pub candidates: Vec<Record>,
 }
 
-/// `leaderd status`: exit 0 when held, 3 when vacant, 1 when unreachable.
-pub async fn status(config: Config, json: bool) -> Result<ExitCode, Failure> {
-    let mut backend = backend(&config)?;
-    let peek = backend.peek().await.map_err(Failure::Backend)?;
+/// One look at the election.
+#[derive(Debug, Clone)]
+pub(super) struct Look {
+    pub view: StatusView,
+    pub peek: Peek,
+    /// The registry could not be read (the list is empty): why.
+    pub registry_error: Option<String>,
+}
+
+/// One look at the election: the lease, then the registry.
+pub(super) async fn look(backend: &mut dyn LeaseBackend, key: &str) -> Result<Look, lease::Error> {
+    let peek = backend.peek().await?;
     let holder = peek.holder.clone();
     let leader = holder.as_ref().and_then(|h| h.id.clone());
-    let candidates = match backend.candidates().await {
-        Ok(records) => in_order(records, leader.as_deref()),
-        Err(e) => {
-            eprintln!("warning: cannot read the candidates registry: {e}");
-            Vec::new()
-        }
+    let (candidates, registry_error) = match backend.candidates().await {
+        Ok(records) => (in_order(records, leader.as_deref()), None),
+        Err(e) => (
+            Vec::new(),
+            Some(format!("cannot read the candidates registry: {e}")),
+        ),
     };
     let view = StatusView {
-        key: &config.key,
+        key: key.to_string(),
         backend: backend.describe(),
         held: holder.is_some(),
         leader,
@@ -46,6 +54,26 @@ pub async fn status(config: Config, json: bool) -> Result<ExitCode, Failure> {
         contested: peek.contested,
         candidates,
     };
+    Ok(Look {
+        view,
+        peek,
+        registry_error,
+    })
+}
+
+/// `leaderd status`: exit 0 when held, 3 when vacant, 1 when unreachable.
+pub async fn status(config: Config, json: bool) -> Result<ExitCode, Failure> {
+    let mut backend = backend(&config)?;
+    let Look {
+        view,
+        peek,
+        registry_error,
+    } = look(backend.as_mut(), &config.key)
+        .await
+        .map_err(Failure::Backend)?;
+    if let Some(warning) = registry_error {
+        eprintln!("warning: {warning}");
+    }
     if json {
         println!(
             "{}",

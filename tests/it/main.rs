@@ -34,6 +34,7 @@ mod secrets;
 mod sentinel;
 mod signals;
 mod tls;
+mod watch;
 mod webhook;
 mod worker_example;
 mod zookeeper;

@@ -68,7 +68,7 @@ pub fn eventually<T>(limit: Duration, what: &str, mut probe: impl FnMut() -> Opt
     }
 }
 
-fn send_signal(pid: u32, signal: &str) {
+pub fn send_signal(pid: u32, signal: &str) {
     let ok = Command::new("kill")
         .args([&format!("-{signal}"), &pid.to_string()])
         .status()
