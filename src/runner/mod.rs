@@ -46,8 +46,11 @@ enum Report {
     Acquire(Result<Acquire, lease::Error>),
     Renew(Result<Renew, lease::Error>),
     Release(Result<bool, lease::Error>),
-    Register(Result<Vec<Record>, lease::Error>),
 }
+
+/// A registration's answer: everyone's records. Reported apart from the
+/// lease's operations: it is no event of the machine.
+type Registered = Result<Vec<Record>, lease::Error>;
 
 /// Where the runner reports what happens: the snapshot `/leader` reads, the
 /// change stream `/leader/events` relays, and the metrics.
@@ -245,10 +248,10 @@ pub async fn run(
                 drop(ops.send(Op::Register(registration.record(healthy))));
                 None
             }
-            Some(Report::Register(result)) = registered.recv() => {
+            Some(result) = registered.recv() => {
                 let records = registration.answered(result, &status, &metrics);
                 records.and_then(|records| {
-                    let verdict = succession.judge(&records, state.leading().is_some(), Instant::now());
+                    let verdict = succession.judge(&records, state.leading().map(|l| l.fencing_token), Instant::now());
                     outranked = verdict.outranked;
                     hand_over(verdict, succession.priority(), config.timing.retry_interval)
                 })
@@ -374,7 +377,7 @@ async fn lease_worker(
     mut backend: Box<dyn LeaseBackend>,
     mut ops: mpsc::UnboundedReceiver<Op>,
     reports: mpsc::UnboundedSender<Report>,
-    registered: mpsc::UnboundedSender<Report>,
+    registered: mpsc::UnboundedSender<Registered>,
     metrics: Arc<Metrics>,
 ) {
     while let Some(op) = ops.recv().await {
@@ -382,7 +385,16 @@ async fn lease_worker(
         let report = match op {
             Op::Acquire => Report::Acquire(backend.acquire().await),
             Op::Renew => Report::Renew(backend.renew().await),
-            Op::Register(me) => Report::Register(backend.register(Some(&me)).await),
+            Op::Register(me) => {
+                let result = backend.register(Some(&me)).await;
+                let outcome = result.as_ref().map_or_else(report::failure, |_| "ok");
+                metrics.lease_op("register", outcome, started.elapsed());
+                metrics.backend_nodes(backend.nodes());
+                if registered.send(result).is_err() {
+                    break;
+                }
+                continue;
+            }
             Op::StepAside => {
                 if let Err(e) = backend.step_aside().await {
                     tracing::debug!(error = %e, "could not step aside; the lease may go to this candidate");
@@ -405,11 +417,7 @@ async fn lease_worker(
         let (name, result) = report.outcome();
         metrics.lease_op(name, result, started.elapsed());
         metrics.backend_nodes(backend.nodes());
-        let to = match report {
-            Report::Register(_) => &registered,
-            _ => &reports,
-        };
-        if to.send(report).is_err() {
+        if reports.send(report).is_err() {
             break;
         }
     }

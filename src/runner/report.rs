@@ -13,13 +13,7 @@ use tokio::time::Instant;
 impl Report {
     /// The operation and its result, as metric labels.
     pub(super) fn outcome(&self) -> (&'static str, &'static str) {
-        fn failed(e: &lease::Error) -> &'static str {
-            match e {
-                lease::Error::Timeout { .. } => "timeout",
-                lease::Error::UnderReplicated { .. } => "under_replicated",
-                _ => "error",
-            }
-        }
+        let failed = failure;
         match self {
             Report::Acquire(Ok(Acquire::Won { .. })) => ("acquire", "ok"),
             Report::Acquire(Ok(Acquire::Held { .. })) => ("acquire", "held"),
@@ -30,9 +24,16 @@ impl Report {
             Report::Release(Ok(true)) => ("release", "ok"),
             Report::Release(Ok(false)) => ("release", "lost"),
             Report::Release(Err(e)) => ("release", failed(e)),
-            Report::Register(Ok(_)) => ("register", "ok"),
-            Report::Register(Err(e)) => ("register", failed(e)),
         }
+    }
+}
+
+/// A failed operation's `result` label.
+pub(super) fn failure(e: &lease::Error) -> &'static str {
+    match e {
+        lease::Error::Timeout { .. } => "timeout",
+        lease::Error::UnderReplicated { .. } => "under_replicated",
+        _ => "error",
     }
 }
 
@@ -57,9 +58,6 @@ pub(super) fn absorb(
         });
     };
     match report {
-        // Registrations go to `Registration::answered`, never here; a timer
-        // tick changes nothing in any state.
-        Report::Register(_) => Event::Tick,
         Report::Acquire(Ok(Acquire::Won {
             fencing_token,
             sent_at,

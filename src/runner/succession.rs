@@ -18,7 +18,25 @@ pub(super) struct Succession {
     delay: Duration,
     /// The best candidate outranking us, and since when we see it so.
     seen: Option<(String, Instant)>,
+    /// The last hand-over: to whom, when, and our fencing token then.
+    handed: Option<(String, Instant, u64)>,
+    /// A candidate that did not take (or keep) the lease handed to it: no
+    /// hand-over to it before the instant.
+    shunned: Option<(String, Instant)>,
+    /// How long the next shunning lasts: doubled each time, to a cap.
+    backoff: Duration,
 }
+
+/// A hand-over whose successor does not lead is seen as this candidate
+/// leading again, with a new token, within this many hand-over delays: the
+/// successor is registered and healthy but cannot reach the store (or lost
+/// the lease at once). Without a bound the leader would hand over again
+/// each time the registry shows it.
+const FAILED_WITHIN: u32 = 6;
+/// The first shunning lasts this many hand-over delays; each next one twice
+/// the last, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: u32 = 4;
+const MAX_BACKOFF: Duration = Duration::from_secs(30 * 60);
 
 /// What one reading of the registry means for this candidate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +55,9 @@ impl Succession {
             priority,
             delay,
             seen: None,
+            handed: None,
+            shunned: None,
+            backoff: delay * FIRST_BACKOFF,
         }
     }
 
@@ -44,7 +65,14 @@ impl Succession {
         &self.priority
     }
 
-    pub(super) fn judge(&mut self, records: &[Record], leading: bool, now: Instant) -> Verdict {
+    /// One reading of the registry. `leading`: our fencing token while we
+    /// lead.
+    pub(super) fn judge(
+        &mut self,
+        records: &[Record],
+        leading: Option<u64>,
+        now: Instant,
+    ) -> Verdict {
         let above: Vec<&Record> = records
             .iter()
             .filter(|r| r.id != self.me && r.eligible() && r.priority > self.priority)
@@ -60,8 +88,34 @@ impl Succession {
             (Some(b), Some((id, since))) if b.id == id => Some((id, since)),
             (Some(b), _) => Some((b.id.clone(), now)),
         };
-        let hand_over = match (best, &self.seen) {
-            (Some(b), Some((_, since))) if leading && now.duration_since(*since) >= self.delay => {
+        if let (Some(token), Some((to, at, then))) = (leading, &self.handed)
+            && token != *then
+        {
+            // Leading again, in a new term, after a hand-over.
+            let soon = now.duration_since(*at) <= self.delay * FAILED_WITHIN;
+            if soon && best.is_some_and(|b| b.id == *to) {
+                tracing::warn!(
+                    successor = %to,
+                    "the candidate of higher priority this one handed over to does not lead; not handing over to it again for {}",
+                    crate::config::show_duration(self.backoff)
+                );
+                self.shunned = Some((to.clone(), now + self.backoff));
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            } else {
+                self.backoff = self.delay * FIRST_BACKOFF;
+            }
+            self.handed = None;
+        }
+        let shunned = |id: &str| {
+            self.shunned
+                .as_ref()
+                .is_some_and(|(s, until)| s == id && now < *until)
+        };
+        let hand_over = match (best, &self.seen, leading) {
+            (Some(b), Some((_, since)), Some(token))
+                if now.duration_since(*since) >= self.delay && !shunned(&b.id) =>
+            {
+                self.handed = Some((b.id.clone(), now, token));
                 Some((b.id.clone(), b.priority.clone()))
             }
             _ => None,
@@ -104,12 +158,12 @@ mod tests {
         let me = || Succession::new("me", Priority::parse("1.14").unwrap(), 10 * S);
         let mine = record("me", "1.14", None, 0);
         // (records, leading, after, outranked, hand over to)
-        type Row = (Vec<Record>, bool, Duration, u8, Option<&'static str>);
+        type Row = (Vec<Record>, Option<u64>, Duration, u8, Option<&'static str>);
         let rows: Vec<Row> = vec![
             // Equal priority: never.
             (
                 vec![mine.clone(), record("b", "1.14.0", None, 5)],
-                true,
+                Some(7),
                 60 * S,
                 0,
                 None,
@@ -117,7 +171,7 @@ mod tests {
             // Lower: never.
             (
                 vec![mine.clone(), record("b", "1.9", None, 5)],
-                true,
+                Some(7),
                 60 * S,
                 0,
                 None,
@@ -125,7 +179,7 @@ mod tests {
             // Higher but unhealthy: never.
             (
                 vec![mine.clone(), record("b", "2", Some(false), 5)],
-                true,
+                Some(7),
                 60 * S,
                 0,
                 None,
@@ -133,14 +187,14 @@ mod tests {
             // Higher and healthy: outranked at once, handed over after the delay.
             (
                 vec![mine.clone(), record("b", "1.15", Some(true), 5)],
-                true,
+                Some(7),
                 9 * S,
                 1,
                 None,
             ),
             (
                 vec![mine.clone(), record("b", "1.15", None, 5)],
-                true,
+                Some(7),
                 10 * S,
                 1,
                 Some("b"),
@@ -148,7 +202,7 @@ mod tests {
             // A standby is outranked but hands nothing over.
             (
                 vec![mine.clone(), record("b", "1.15", None, 5)],
-                false,
+                None,
                 60 * S,
                 1,
                 None,
@@ -160,7 +214,7 @@ mod tests {
                     record("c", "1.16", None, 9),
                     record("d", "1.16", None, 7),
                 ],
-                true,
+                Some(7),
                 10 * S,
                 3,
                 Some("d"),
@@ -183,9 +237,9 @@ mod tests {
         let higher = record("h", "9", None, 0);
         let records = vec![leader, higher];
         let mut me = Succession::new("me", Priority::default(), 10 * S);
-        assert_eq!(me.judge(&records, false, t0).outranked, 0);
+        assert_eq!(me.judge(&records, None, t0).outranked, 0);
         let mut other = Succession::new("o", Priority::parse("20").unwrap(), 10 * S);
-        assert_eq!(other.judge(&records, false, t0).outranked, 1);
+        assert_eq!(other.judge(&records, None, t0).outranked, 1);
     }
 
     #[test]
@@ -194,13 +248,64 @@ mod tests {
         let mut s = Succession::new("me", Priority::default(), 10 * S);
         let b = vec![record("b", "1", None, 5)];
         let c = vec![record("c", "2", None, 5)];
-        assert_eq!(s.judge(&b, true, t0).hand_over, None);
+        assert_eq!(s.judge(&b, Some(7), t0).hand_over, None);
         // Another, better one appears: its own delay starts.
-        assert_eq!(s.judge(&c, true, t0 + 8 * S).hand_over, None);
-        assert_eq!(s.judge(&c, true, t0 + 17 * S).hand_over, None);
+        assert_eq!(s.judge(&c, Some(7), t0 + 8 * S).hand_over, None);
+        assert_eq!(s.judge(&c, Some(7), t0 + 17 * S).hand_over, None);
         // Gone for one reading: the count starts again.
-        assert_eq!(s.judge(&[], true, t0 + 18 * S).hand_over, None);
-        assert_eq!(s.judge(&c, true, t0 + 19 * S).hand_over, None);
-        assert!(s.judge(&c, true, t0 + 29 * S).hand_over.is_some());
+        assert_eq!(s.judge(&[], Some(7), t0 + 18 * S).hand_over, None);
+        assert_eq!(s.judge(&c, Some(7), t0 + 19 * S).hand_over, None);
+        assert!(s.judge(&c, Some(7), t0 + 29 * S).hand_over.is_some());
+    }
+    #[test]
+    fn a_successor_that_does_not_lead_is_not_handed_over_to_again_for_a_while() {
+        let t0 = Instant::now();
+        let mut s = Succession::new("me", Priority::default(), 10 * S);
+        let b = vec![record("b", "2", None, 5)];
+        let hands = |s: &mut Succession, token: Option<u64>, at: Duration| {
+            s.judge(&b, token, t0 + at).hand_over.is_some()
+        };
+        assert!(!hands(&mut s, Some(1), Duration::ZERO));
+        assert!(
+            hands(&mut s, Some(1), 10 * S),
+            "handed over after the delay"
+        );
+        // Still leading in the same term (the step-down not yet done, or
+        // refused): handed over again, no verdict on b.
+        assert!(hands(&mut s, Some(1), 11 * S));
+        // Standby, then leading again in a new term while b is still the
+        // best: b did not take the lease. Not handed to for 4 delays.
+        assert!(!hands(&mut s, None, 13 * S));
+        assert!(!hands(&mut s, Some(2), 15 * S), "shunned");
+        assert!(!hands(&mut s, Some(2), 54 * S), "shunned");
+        assert!(hands(&mut s, Some(2), 56 * S), "after 40 s, tried again");
+        // Fails again: twice as long (80 s).
+        assert!(!hands(&mut s, Some(3), 60 * S));
+        assert!(!hands(&mut s, Some(3), 139 * S));
+        assert!(hands(&mut s, Some(3), 141 * S));
+        // A new term long after the hand-over (b led, then went): no
+        // verdict on b, the back-off starts over.
+        assert!(hands(&mut s, Some(4), 10 * 60 * S));
+        assert!(
+            !hands(&mut s, Some(5), 11 * 60 * S),
+            "shunned for 40 s, not 160 s"
+        );
+        assert!(hands(&mut s, Some(5), 11 * 60 * S + 41 * S));
+    }
+
+    #[test]
+    fn shunning_one_successor_does_not_hold_up_another() {
+        let t0 = Instant::now();
+        let mut s = Succession::new("me", Priority::default(), 10 * S);
+        let b = vec![record("b", "2", None, 5)];
+        let c = vec![record("b", "2", None, 5), record("c", "3", None, 6)];
+        s.judge(&b, Some(1), t0);
+        assert!(s.judge(&b, Some(1), t0 + 10 * S).hand_over.is_some());
+        assert!(s.judge(&b, Some(2), t0 + 12 * S).hand_over.is_none());
+        // c appears above b: its own delay, then handed to, b's shunning
+        // notwithstanding.
+        assert!(s.judge(&c, Some(2), t0 + 13 * S).hand_over.is_none());
+        let to = s.judge(&c, Some(2), t0 + 23 * S).hand_over;
+        assert_eq!(to.map(|(id, _)| id).as_deref(), Some("c"));
     }
 }

@@ -190,3 +190,92 @@ fn step_down_to_hands_the_lease_to_the_named_candidate() {
     // The handover was the release: a's log names it.
     a.wait_log(WAIT, "handing over to the candidate step-down --to named");
 }
+
+/// A higher candidate that is registered and healthy but cannot take the
+/// lease: on Redlock, one that reaches one master of three (its record is
+/// on that master, so the registry's union lists it; an acquire needs two).
+/// The leader hands over, takes the lease back after its hold-off, and then
+/// must not hand over again at every reading of the registry: the bound
+/// (4 hand-over delays, doubling) keeps it to a few hand-overs a minute.
+#[test]
+fn a_higher_candidate_that_cannot_take_the_lease_is_not_handed_to_again_and_again() {
+    use crate::support::proxy::Proxy;
+    use crate::support::redlock::Masters;
+    let masters = Masters::start(3);
+    let key = support::key("priority-unreachable");
+    let dir = support::Scratch::new("priority-unreachable");
+    let (log_a, log_b) = (dir.join("a"), dir.join("b"));
+    let probe = support::probe_child();
+    let timing = [
+        "--ttl",
+        "2s",
+        "--retry-interval",
+        "300ms",
+        "--handover-delay",
+        "1s",
+    ];
+    let direct = masters.args(&key);
+    let mut args: Vec<&str> = direct.iter().map(String::as_str).collect();
+    args.extend_from_slice(&timing);
+    args.extend_from_slice(&["--priority", "1", "--", &probe, path_str(&log_a)]);
+    let a = Leaderd::run("a", &args);
+    a.wait_leading(WAIT);
+    // b reaches master 0 directly and the others through proxies, frozen
+    // once it has registered: a partition that leaves it one master.
+    let proxies: Vec<Proxy> = masters.nodes[1..]
+        .iter()
+        .map(|m| Proxy::start(m.port))
+        .collect();
+    let mut urls = vec![masters.nodes[0].url()];
+    urls.extend(
+        proxies
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{}", p.port)),
+    );
+    let mut args: Vec<String> = urls
+        .iter()
+        .flat_map(|u| ["--redis".to_string(), u.clone()])
+        .collect();
+    args.extend(direct.iter().skip(2 * 3).cloned());
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.extend_from_slice(&timing);
+    args.extend_from_slice(&["--priority", "2", "--", &probe, path_str(&log_b)]);
+    // b must not lead before the partition: it starts once a leads, and
+    // its own hand-over rule never fires (nothing outranks it); a hands
+    // over after a second, so freeze first, then start b.
+    for p in &proxies {
+        p.freeze();
+    }
+    let b = Leaderd::run("b", &args);
+    eventually(WAIT, "a to see b registered", || {
+        all_see(&[&a], "b").then_some(())
+    });
+    let watched = Instant::now();
+    let handed = |a: &Leaderd| {
+        a.log()
+            .iter()
+            .filter(|l| l.contains("reason=\"handing over to a candidate of higher priority\""))
+            .count()
+    };
+    a.wait_log(WAIT, "does not lead; not handing over to it again");
+    while watched.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(starts(&log_b), 0, "b ran its child without a quorum");
+    }
+    let n = handed(&a);
+    eprintln!("hand-overs to a candidate that cannot take the lease in 30 s: {n}");
+    // Unbounded, a hands over every ~1.5 s (delay 1 s + hold-off 300 ms):
+    // about 20 in 30 s. Bounded: at 1 s, then after 4 s, 8 s, 16 s.
+    let lines: Vec<String> = a
+        .log()
+        .into_iter()
+        .filter(|l| l.contains("handing over") || l.contains("→"))
+        .collect();
+    assert!(
+        n <= 5,
+        "a handed over {n} times in 30 s to a candidate that cannot lead:\n{}",
+        lines.join("\n")
+    );
+    a.wait_leading(WAIT);
+    drop(b);
+}
