@@ -212,6 +212,17 @@ fn a_flapping_worker_moves_leadership_at_most_once() {
         .filter(|w| w[0].passed != w[1].passed)
         .count();
     assert!(flips > 40, "the worker did not flap ({flips} flips)");
+    // And leaderd judged it: condemned (and cleared) again and again, so
+    // the bound above held while the verdict flapped too.
+    let condemned = nodes[0]
+        .log()
+        .iter()
+        .filter(|l| l.contains("worker unhealthy"))
+        .count();
+    assert!(
+        condemned >= 5,
+        "the flapping worker was condemned {condemned} times in 60 s"
+    );
 }
 
 /// A health command run by `run`, for the command tests.
