@@ -21,6 +21,8 @@ pub(super) struct Health {
     task: JoinHandle<()>,
     stop: CancellationToken,
     policy: Policy,
+    /// The verdict in force (`None` before the first one).
+    healthy: Option<bool>,
 }
 
 impl Health {
@@ -71,8 +73,14 @@ impl Health {
             task,
             stop,
             policy: config.policy,
+            healthy: checks_child.then_some(true),
         };
         (health, gate)
+    }
+
+    /// The verdict in force: what this candidate's record says.
+    pub(super) fn healthy(&self) -> Option<bool> {
+        self.healthy
     }
 
     /// The next change of verdict.
@@ -83,7 +91,7 @@ impl Health {
     /// Records a change: the snapshot, one log line, one `/leader/events`
     /// entry; and the machine's event under `gate`.
     pub(super) fn absorb(
-        &self,
+        &mut self,
         verdict: Verdict,
         state: &State,
         status: &watch::Sender<Snapshot>,
@@ -91,6 +99,7 @@ impl Health {
         ident: &Ident<'_>,
     ) -> Option<Event> {
         let Verdict { healthy, reason } = verdict;
+        self.healthy = Some(healthy);
         status.send_modify(|s| {
             let worker = s.worker.get_or_insert(Worker {
                 healthy: None,

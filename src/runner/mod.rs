@@ -236,7 +236,7 @@ pub async fn run(
         let wake = machine
             .next_deadline(&state)
             .map(|d| with_jitter(d, &state));
-        let healthy = status.borrow().worker.as_ref().and_then(|w| w.healthy);
+        let healthy = health.as_ref().and_then(Health::healthy);
         let register_at = registration.due(healthy).filter(|_| !shutdown_seen);
         next = tokio::select! {
             _ = shutdown.cancelled(), if !shutdown_seen => {
@@ -279,7 +279,7 @@ pub async fn run(
                 WorkEvent::CrashLoop { .. } => Event::StepDown { hold, reason: Reason::CrashLoop },
             }),
             Some(request) = admin.recv() => {
-                let candidates = status.borrow().candidates.clone();
+                let candidates = registration.records.clone();
                 let after = config.timing.renew_interval + ANNOUNCED;
                 match step_down(&state, request, hold, (ident.id, &candidates, after)) {
                     Asked::StepDown(event) => Some(event),
@@ -303,7 +303,7 @@ pub async fn run(
             _ = sleep_until(once.as_ref().map(|o| o.deadline)), if once.as_ref().is_some_and(|o| !o.started && o.deadline > Instant::now()) => Some(Event::Tick),
             Some(()) = notices.recv() => Some(Event::ReleaseNotified),
             Some(verdict) = next_verdict(&mut health) => health
-                .as_ref()
+                .as_mut()
                 .and_then(|h| h.absorb(verdict, &state, &status, &changes, &ident)),
             _ = sleep_until(wake), if wake.is_some() => Some(Event::Tick),
         };

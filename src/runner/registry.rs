@@ -24,6 +24,8 @@ pub(super) struct Registration {
     pub(super) successor: Option<String>,
     /// The record changed while a write was out: write again at once.
     again: bool,
+    /// Everyone's records, as the last answered write returned them.
+    pub(super) records: Vec<Record>,
 }
 
 impl Registration {
@@ -39,6 +41,7 @@ impl Registration {
             written: None,
             successor: None,
             again: false,
+            records: Vec::new(),
         }
     }
 
@@ -94,6 +97,7 @@ impl Registration {
             Ok(records) => {
                 metrics.candidates(records.len());
                 status.send_modify(|s| s.candidates = records.clone());
+                self.records = records.clone();
                 Some(records)
             }
             Err(e) => {
