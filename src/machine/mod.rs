@@ -14,7 +14,11 @@ mod ranks;
 #[cfg(test)]
 mod sequences;
 #[cfg(test)]
+mod sweeps;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod walks;
 
 use crate::timing::Timing;
 use std::fmt;
@@ -438,3 +442,4 @@ pub struct HealthGate {
 
 mod standing;
 mod step;
+mod stopping;
