@@ -44,9 +44,11 @@ pub struct Caught {
     default: Arc<AtomicBool>,
 }
 
-/// Unblocks and catches SIGTERM and SIGINT. Call it before anything else.
+/// Catches SIGTERM and SIGINT, then unblocks them. Call it before anything
+/// else. In that order: a signal already pending (sent while the loader
+/// ran, or before exec, with the signal blocked) is delivered the moment
+/// it is unblocked, and must find the handler, not the default action.
 pub fn catch() -> std::io::Result<Caught> {
-    unblock(&SHUTDOWN.map(|(n, _)| n))?;
     let default = Arc::new(AtomicBool::new(false));
     let mut pipes = Vec::new();
     for (signal, _) in SHUTDOWN {
@@ -55,6 +57,7 @@ pub fn catch() -> std::io::Result<Caught> {
         signal_hook::low_level::pipe::register(signal, write)?;
         pipes.push(read);
     }
+    unblock(&SHUTDOWN.map(|(n, _)| n))?;
     Ok(Caught { pipes, default })
 }
 
