@@ -58,6 +58,14 @@ fn candidate(scene: &dyn Scene, key: &str, id: &str, ttl: &str, log: Option<&Pat
 /// scenes, while working on it.
 fn for_each_backend(test: fn(&mut dyn Scene)) {
     let only = std::env::var("CONTRACT_ONLY").ok();
+    if let Some(only) = &only {
+        // A misspelt name would otherwise pass having run nothing.
+        let names: Vec<&str> = SCENES.iter().map(|(name, _)| *name).collect();
+        assert!(
+            names.contains(&only.as_str()),
+            "CONTRACT_ONLY={only} names no scene; the scenes are {names:?}"
+        );
+    }
     for (name, start) in SCENES {
         if only.as_deref().is_some_and(|only| only != name) {
             continue;
@@ -518,11 +526,15 @@ fn the_registry_lists_every_candidate_and_forgets_one_within_a_ttl_of_its_death(
 }
 
 /// A candidate with `--priority` and a 2 s handover delay, its probe child
-/// logging to `log`.
+/// logging to `log`. The retry interval is what an outranked standby
+/// defers by at a vacancy, so the higher one's wake-up and acquire must fit
+/// in it: 1 s, not the 300 ms of the other scenes (CI once saw an old
+/// candidate take the lease on PostgreSQL, whose wake-up is a NOTIFY, when
+/// the machine was loaded by a second test run; the default is 2 s).
 fn ranked(scene: &dyn Scene, key: &str, id: &str, priority: &str, log: &Path) -> Leaderd {
     let backend = scene.args(key);
     let mut args: Vec<&str> = backend.iter().map(String::as_str).collect();
-    args.extend_from_slice(&["--ttl", TTL, "--retry-interval", "300ms"]);
+    args.extend_from_slice(&["--ttl", TTL, "--retry-interval", "1s"]);
     args.extend_from_slice(&["--priority", priority, "--handover-delay", "2s"]);
     let probe = probe_child();
     args.extend_from_slice(&["--", &probe, support::path_str(log)]);
