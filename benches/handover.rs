@@ -182,9 +182,23 @@ impl Bench {
             ));
             return (!holder.is_empty()).then_some(holder);
         }
-        let value = self.redis.get(&format!("leaderd:{{{key}}}:lease"))?;
-        let json: serde_json::Value = serde_json::from_str(&value).ok()?;
-        json["id"].as_str().map(str::to_string)
+        // Redlock: the id a majority of the masters hold. One master alone
+        // may still hold the leftover of a candidate's failed attempt
+        // (given back a moment later): read as the holder, the bench once
+        // sent SIGTERM to that standby and waited in vain for a handover.
+        let masters: Vec<&Redis> = std::iter::once(&self.redis).chain(&self.more).collect();
+        let ids: Vec<String> = masters
+            .iter()
+            .filter_map(|m| {
+                let value = m.get(&format!("leaderd:{{{key}}}:lease"))?;
+                let json: serde_json::Value = serde_json::from_str(&value).ok()?;
+                json["id"].as_str().map(str::to_string)
+            })
+            .collect();
+        let quorum = masters.len() / 2 + 1;
+        ids.iter()
+            .find(|id| ids.iter().filter(|other| other == id).count() >= quorum)
+            .cloned()
     }
 
     /// Graceful handovers among `k` candidates: SIGTERM to the leader → the
