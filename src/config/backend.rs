@@ -256,7 +256,7 @@ impl Resolving<'_> {
             // A file, like the env var, holds every URL at once: its
             // lines and the commas the option's rule allows separate them.
             let items = if spec.list {
-                spec.commas.split(line, spec, true).map_err(at)?
+                spec.split(line, true).map_err(at)?
             } else {
                 vec![line.to_string()]
             };

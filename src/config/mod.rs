@@ -19,6 +19,7 @@
 mod args;
 mod backend;
 mod build;
+mod commas;
 mod error;
 mod file;
 mod health;

@@ -188,8 +188,7 @@ impl<'a> Resolver<'a> {
         let mut parsed = Vec::new();
         for text in &given {
             let items = spec
-                .commas
-                .split(text, spec, from_env)
+                .split(text, from_env)
                 .map_err(|msg| ConfigError(format!("{origin}: {msg}")))?;
             for item in items {
                 parsed.push(parse(&item).map_err(|msg| ConfigError(format!("{origin}: {msg}")))?);
