@@ -495,13 +495,19 @@ fn guards_of(pid: u32) -> usize {
 #[test]
 fn a_standby_guard_does_not_hold_up_the_stop() {
     let dir = support::temp_dir("standby");
+    let lock = dir.join("l");
     let log = dir.join("probe.log");
     let probe = probe_child();
+    // `a` leads only after another candidate lets go, long after its first
+    // spare guard was spawned: the child takes that spare, and the spare
+    // kept beside a running child is the one spawned after it.
+    let mut first = Leaderd::run("first", &["--lock-file", p(&lock)]);
+    first.wait_leading(support::WAIT);
     let mut a = Leaderd::run(
         "a",
         &[
             "--lock-file",
-            p(&dir.join("l")),
+            p(&lock),
             "--stop-timeout",
             "30s",
             "--",
@@ -509,10 +515,15 @@ fn a_standby_guard_does_not_hold_up_the_stop() {
             p(&log),
         ],
     );
+    eventually(support::WAIT, "a's spare guard", || {
+        (guards_of(a.pid()) == 1).then_some(())
+    });
+    first.signal("TERM");
+    assert_eq!(first.wait_exit(support::WAIT).code(), Some(0));
     eventually(support::WAIT, "the child", || {
         (!of_kind(&probe_events(&log), "start").is_empty()).then_some(())
     });
-    // The child's guard, and the standby guard for the next term.
+    // The child's guard, and the spare guard kept ready beside it.
     eventually(support::WAIT, "two guards", || {
         (guards_of(a.pid()) == 2).then_some(())
     });

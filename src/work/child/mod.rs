@@ -31,7 +31,8 @@ use tokio_util::sync::CancellationToken;
 /// How long leaderd waits, on exit, for what it killed to be reaped: SIGKILL
 /// takes effect at once unless a process is stuck in the kernel.
 const EXIT_REAP_LIMIT: Duration = Duration::from_secs(2);
-/// How long after start-up or a term's end the next guard is spawned.
+/// How long after start-up, or after the spare guard was used for a child,
+/// the next spare guard is spawned.
 const STANDBY_DELAY: Duration = Duration::from_millis(250);
 
 const GUARD_FIRED: &str = "leaderd did not act by the lease's kill-by instant (it was stopped, blocked or starved): the guard killed the child";
@@ -69,10 +70,14 @@ struct Supervisor {
     state: Supervision,
     /// The running (or stopping) child's group, behind its guard.
     group: Option<Group>,
-    /// A guard spawned ahead of time for the next child.
+    /// A guard spawned ahead of time for the next child. One is kept ready
+    /// at all times, also while a child runs: a leader that restarts its
+    /// child or leads again right after losing its lease pays only for the
+    /// child's `posix_spawn`, and the spare is always there to be told
+    /// apart from the work's stragglers, not only when timing allowed it.
     standby: Option<process::Guard>,
-    /// When to spawn the standby guard: a moment after a term ends or
-    /// leaderd starts, so its exec never competes with a handover.
+    /// When to spawn the standby guard: a moment after leaderd starts or the
+    /// last one was used, so its exec never competes with a handover.
     standby_due: Option<Instant>,
     metrics: Arc<Metrics>,
     events: mpsc::UnboundedSender<WorkEvent>,
@@ -210,7 +215,10 @@ impl Supervisor {
                 if let Some(mut group) = self.group.take() {
                     group.dismiss_guard();
                 }
-                self.standby_due = Some(Instant::now() + STANDBY_DELAY);
+                if self.standby.is_none() {
+                    self.standby_due
+                        .get_or_insert(Instant::now() + STANDBY_DELAY);
+                }
                 None
             }
             Action::Report(event) => {
@@ -306,6 +314,8 @@ impl Supervisor {
             Some(standby) => process::spawn(&spec, standby, deadline).or_else(|_| fresh()),
             None => fresh(),
         };
+        self.standby_due
+            .get_or_insert(Instant::now() + STANDBY_DELAY);
         match spawned {
             Ok(group) => {
                 let child = group.child;
