@@ -8,6 +8,7 @@ use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use support::zk_gate::ZkGate;
 use support::zookeeper::ZooKeeper;
 use support::{Leaderd, eventually, most_alive, probe_child, probe_events, run_to_end, the_leader};
 
@@ -506,4 +507,85 @@ fn a_leader_whose_queue_node_is_deleted_stops_before_anyone_else_starts() {
         (zk.children(&election).len() == 3).then_some(())
     });
     r.assert_one_child_at_a_time(&[&a, &b]);
+}
+
+/// Found by CI (the contract's lease-deleted scene): a candidate judged its
+/// place from a listing of the queue taken before it queued. Another that
+/// queued between the two calls was ahead of it unseen: the one behind took
+/// the free lease, the first in line found it taken and waited on the lease
+/// node, and once that was deleted from outside it took the lease while the
+/// other still worked (two children for 12 ms). Two gates put the calls in
+/// that order: b's queue node is held back until a has queued, and a's
+/// lease node until b has queued.
+#[test]
+fn a_candidate_that_queued_second_while_joining_never_leads_before_the_first() {
+    let zk = ZooKeeper::start(1);
+    let r = Rig::new("zk-joining", 2);
+    let port = zk.servers[0].client_port;
+    let b_gate = ZkGate::start(port, format!("{}/c-", r.key).as_bytes());
+    let a_gate = ZkGate::start(port, format!("{}/leader", r.key).as_bytes());
+    // Calls held at a gate are answered late, not lost: patience to match.
+    let probe = probe_child();
+    let start = |i: usize, connect: &str| {
+        let args = ["--zookeeper", connect, "--key", &r.key, "--ttl", "30s"];
+        let timeout = ["--zookeeper-timeout", "9s", "--retry-interval", "300ms"];
+        let child = ["--", &probe, support::path_str(&r.logs[i])];
+        Leaderd::run(&format!("c{i}"), &[&args[..], &timeout, &child].concat())
+    };
+    let b = start(1, &b_gate.connect());
+    // b has listed the queue (empty) and sent its queue node: held back.
+    b_gate.wait_held(PATIENCE);
+    let a = start(0, &a_gate.connect());
+    // a has queued (first) and sent the lease node: held back.
+    a_gate.wait_held(PATIENCE);
+    let nodes = [a, b];
+    b_gate.open();
+    let election = format!("/leaderd/{}", r.key);
+    let queued = || {
+        zk.children(&election)
+            .iter()
+            .filter(|n| n.starts_with("c-"))
+            .count()
+    };
+    eventually(PATIENCE, "b to queue", || (queued() == 2).then_some(()));
+    // b, second in line, waits; it must not take the free lease.
+    let said = eventually(PATIENCE, "b to wait or lead", || {
+        let log = nodes[1].log().join("\n");
+        (log.contains("lease held by another candidate") || log.contains("lease acquired"))
+            .then_some(log)
+    });
+    assert!(
+        !said.contains("lease acquired"),
+        "b took the lease while a was first in line:\n{said}"
+    );
+    a_gate.open();
+    let (leader, _) = the_leader(&nodes, PATIENCE);
+    assert_eq!(
+        leader,
+        0,
+        "b led while a was first in line:\n{}",
+        nodes[1].log().join("\n")
+    );
+    eventually(PATIENCE, "a's child", || r.child_running(0).then_some(()));
+    // The lease node deleted from outside: a, first in line, stops its
+    // work and takes the lease again; b, behind it, never starts.
+    zk.delete(&format!("{election}/leader"));
+    eventually(PATIENCE, "a to lead again with a new child", || {
+        let starts = probe_events(&r.logs[0])
+            .iter()
+            .filter(|e| e.kind == "start")
+            .count();
+        (starts == 2 && r.child_running(0)).then_some(())
+    });
+    assert!(
+        probe_events(&r.logs[1]).is_empty(),
+        "b, second in line, started its child:\n{}",
+        nodes[1].log().join("\n")
+    );
+    eprintln!(
+        "A:\n{}\nB:\n{}",
+        nodes[0].log().join("\n"),
+        nodes[1].log().join("\n")
+    );
+    r.assert_one_child_at_a_time(&[&nodes[0], &nodes[1]]);
 }

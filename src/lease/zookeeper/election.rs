@@ -12,40 +12,44 @@ impl ZkLease {
     /// Our queue node: the one this session already has (found by our mark
     /// after a lost answer too), or a new one. Leftovers of ours beyond the
     /// first are deleted, so we never wait on ourselves.
+    ///
+    /// The queue returned is always listed after our node exists. A listing
+    /// taken before we queued misses whoever queued between the two calls,
+    /// ahead of us: we would count ourselves first, take a lease while the
+    /// true first in line waits on it, and both would work once it vanished
+    /// (CI saw it: two children for 12 ms after a lease node was deleted).
     pub(super) async fn queue(&mut self, s: &Session) -> Result<Vec<String>, Failure> {
-        let children = match s.call(&self.base, s.client.list_children(&self.base)).await {
-            Err(Failure::NoNode) => {
-                s.parents(&self.base).await.map_err(Failure::Other)?;
-                Vec::new()
+        loop {
+            let children = match s.call(&self.base, s.client.list_children(&self.base)).await {
+                Err(Failure::NoNode) => {
+                    s.parents(&self.base).await.map_err(Failure::Other)?;
+                    Vec::new()
+                }
+                other => other?,
+            };
+            let mut queue = sorted(&children);
+            let ours: Vec<String> = queue
+                .iter()
+                .filter(|n| n.starts_with(&self.mark))
+                .cloned()
+                .collect();
+            if ours.is_empty() {
+                let path = format!("{}/{}", self.base, self.mark);
+                let options = s.options(CreateMode::EphemeralSequential);
+                s.call(&path, s.client.create(&path, &self.data(), &options))
+                    .await?;
+                continue;
             }
-            other => other?,
-        };
-        let mut queue = sorted(&children);
-        let mut ours: Vec<String> = queue
-            .iter()
-            .filter(|n| n.starts_with(&self.mark))
-            .cloned()
-            .collect();
-        if ours.is_empty() {
-            let path = format!("{}/{}", self.base, self.mark);
-            let options = s.options(CreateMode::EphemeralSequential);
-            let (_, seq) = s
-                .call(&path, s.client.create(&path, &self.data(), &options))
-                .await?;
-            let name = format!("{}{seq}", self.mark);
-            queue.push(name.clone());
-            queue = sorted(&queue);
-            ours.push(name);
-        }
-        for extra in ours.iter().skip(1) {
-            let path = format!("{}/{extra}", self.base);
-            match s.call(&path, s.client.delete(&path, None)).await {
-                Ok(()) | Err(Failure::NoNode) => queue.retain(|n| n != extra),
-                Err(f) => return Err(f),
+            for extra in ours.iter().skip(1) {
+                let path = format!("{}/{extra}", self.base);
+                match s.call(&path, s.client.delete(&path, None)).await {
+                    Ok(()) | Err(Failure::NoNode) => queue.retain(|n| n != extra),
+                    Err(f) => return Err(f),
+                }
             }
+            self.queued = ours.into_iter().next();
+            return Ok(queue);
         }
-        self.queued = ours.into_iter().next();
-        Ok(queue)
     }
 
     pub(super) async fn try_acquire(

@@ -219,7 +219,10 @@ impl LeaseBackend for ZkLease {
         let leader = self.leader.clone();
         let queued = self.queued.as_ref().map(|q| format!("{}/{q}", self.base));
         // A read after a sync sees every write committed before it: the
-        // lease node, and our place first in line, as the quorum has them.
+        // lease node, and our queue node, as the quorum has them. Our node
+        // standing is our place first in line: we took the lease first in
+        // a listing made after it existed, and no node can queue ahead of
+        // an existing one.
         let read = async {
             s.client.sync(&leader).await?;
             let lease = s.client.get_data(&leader);

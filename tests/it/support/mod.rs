@@ -14,6 +14,7 @@ pub mod redlock;
 pub mod sentinel;
 pub mod tls;
 pub mod worker;
+pub mod zk_gate;
 pub mod zookeeper;
 
 use std::io::{BufRead, BufReader, Read, Write};
