@@ -210,6 +210,13 @@ fn begin(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet) -> Op
             fleet.workers[fleet.target(p.pick)].set(Mode::Unhealthy);
             true
         }
+        Kind::Herd => {
+            for node in fleet.nodes.iter().flatten() {
+                node.signal("CONT");
+                node.signal("KILL");
+            }
+            true
+        }
         Kind::ChildCrash => match fleet.leader().and_then(|l| running_child(&fleet.logs[l])) {
             Some(pid) => {
                 support::os::kill(pid as u32, libc::SIGKILL);
@@ -248,6 +255,19 @@ fn end(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet, target:
                 fleet.retired.push((target, n.log()));
             }
             fleet.launch(target);
+        }
+        Kind::Herd => {
+            for i in 0..fleet.nodes.len() {
+                if let Some(mut n) = fleet.nodes[i].take() {
+                    n.signal("KILL");
+                    n.wait_exit(Duration::from_secs(10));
+                    fleet.retired.push((i, n.log()));
+                }
+            }
+            // All at once: no candidate waits for another to be up.
+            for i in 0..fleet.nodes.len() {
+                fleet.launch(i);
+            }
         }
         _ => {}
     }

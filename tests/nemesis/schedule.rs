@@ -78,6 +78,10 @@ pub enum Kind {
     /// One candidate's worker failing its health check, healthy again at
     /// the heal (the leader's, when `pick` is even: a health step-down).
     Sick,
+    /// Every candidate killed (SIGKILL) at once, all started again at once
+    /// (a host lost, every pod restarted): they join the election together,
+    /// where one's listing can miss another's arrival.
+    Herd,
 }
 
 impl Kind {
@@ -98,6 +102,7 @@ impl Kind {
             Kind::Slow => "slow",
             Kind::Reset => "reset",
             Kind::Sick => "sick-worker",
+            Kind::Herd => "herd-restart",
         }
     }
 
@@ -131,7 +136,7 @@ pub const QUIET: Duration = Duration::from_millis(7000);
 
 /// How the catalogue is weighted; store faults count double, since they are
 /// where the backends differ.
-const WEIGHTS: [(Kind, u64); 15] = [
+const WEIGHTS: [(Kind, u64); 16] = [
     (Kind::Cut, 3),
     (Kind::FreezeOne, 3),
     (Kind::Crash, 2),
@@ -147,6 +152,7 @@ const WEIGHTS: [(Kind, u64); 15] = [
     (Kind::Slow, 2),
     (Kind::Reset, 2),
     (Kind::Sick, 2),
+    (Kind::Herd, 2),
 ];
 
 /// The schedule for a run of `length` with lease `ttl`: faults from
@@ -186,7 +192,7 @@ pub fn plan(
             // and the store's failover): the store must keep electing.
             Kind::FreezeOne => rng.millis(ttl_ms * 3, ttl_ms * 5),
             Kind::LeaderdStop => rng.millis(ttl_ms / 4, ttl_ms * 2),
-            Kind::LeaderdKill | Kind::LeaderdTerm => rng.millis(100, ttl_ms),
+            Kind::LeaderdKill | Kind::LeaderdTerm | Kind::Herd => rng.millis(100, ttl_ms),
             _ => Duration::ZERO,
         };
         let alone = kind == Kind::FreezeOne && rng.below(2) == 0;
