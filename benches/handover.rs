@@ -11,7 +11,7 @@
 
 #[path = "../tests/it/support/mod.rs"]
 // The benchmark uses some of the fixtures only.
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod support;
 
 #[path = "handover/health.rs"]

@@ -15,7 +15,7 @@
 
 #[path = "it/support/mod.rs"]
 // The nemesis uses some of the fixtures only.
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod support;
 
 #[path = "nemesis/checkers.rs"]

@@ -1,0 +1,93 @@
+//! What the probe children wrote (`examples/probe_child.rs`): their start and
+//! stop lines, and the invariants read from them.
+
+use super::{Leaderd, alive, eventually};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// One line of a probe log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeEvent {
+    pub kind: String,
+    pub pid: i32,
+    pub ns: u128,
+    pub rest: Vec<String>,
+}
+
+pub fn probe_events(log: &Path) -> Vec<ProbeEvent> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let kind = f.next()?.to_string();
+            let pid = f.next()?.parse().ok()?;
+            let ns = f.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            Some(ProbeEvent {
+                kind,
+                pid,
+                ns,
+                rest: f.map(str::to_string).collect(),
+            })
+        })
+        .collect()
+}
+
+/// The one candidate that leads, once exactly one does, and its token.
+pub fn the_leader(nodes: &[Leaderd], limit: Duration) -> (usize, u64) {
+    eventually(limit, "exactly one leader", || {
+        let leading: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].is_leader()).collect();
+        let [one] = leading[..] else { return None };
+        let (_, body) = nodes[one].leader()?;
+        Some((one, body["fencing_token"].as_u64()?))
+    })
+}
+
+/// Whether the next child (the first `start` in `next`) began while the
+/// child last started in `old` was still alive: checked the moment the
+/// start line appears (10 ms apart), by the old child's own stop line or,
+/// when it has none (killed with SIGKILL), by its pid in `/proc`.
+pub fn started_beside(old: &Path, next: &Path, limit: Duration) -> bool {
+    let old_child = probe_events(old)
+        .into_iter()
+        .rev()
+        .find(|e| e.kind == "start")
+        .expect("the old child started");
+    // The start line first, then the old pid: alive after the new start
+    // was written is alive beside it.
+    let start = eventually(limit, "the next child to start", || {
+        let start = probe_events(next).into_iter().find(|e| e.kind == "start")?;
+        Some((start.ns, alive(old_child.pid)))
+    });
+    let stopped = probe_events(old)
+        .into_iter()
+        .find(|e| e.kind == "stop" && e.pid == old_child.pid);
+    match stopped {
+        Some(stop) => stop.ns > start.0,
+        None => start.1,
+    }
+}
+
+/// The most children alive at once, over every candidate's probe log, by
+/// their `start` and `stop` lines (other lines, such as `inherited`, say
+/// nothing of life: counting them as stops made this blind). A child with
+/// no stop line (killed with SIGKILL) counts as alive to the end: a test
+/// whose children are killed so checks their pids instead.
+pub fn most_alive(logs: &[PathBuf]) -> usize {
+    let mut events: Vec<(u128, i32)> = logs
+        .iter()
+        .flat_map(|l| probe_events(l))
+        .filter_map(|e| match e.kind.as_str() {
+            "start" => Some((e.ns, 1)),
+            "stop" => Some((e.ns, -1)),
+            _ => None,
+        })
+        .collect();
+    events.sort();
+    let (mut alive, mut most) = (0i32, 0i32);
+    for (_, change) in events {
+        alive += change;
+        most = most.max(alive);
+    }
+    most as usize
+}

@@ -1,0 +1,221 @@
+//! A `redis-server` per test on a free loopback port, with no persistence:
+//! started, paused, killed and restarted by the tests, and its own commands.
+
+use super::{free_port, path_str, send_signal};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A `redis-server` on a free loopback port, with no persistence.
+pub struct Redis {
+    pub port: u16,
+    child: Option<Child>,
+    /// Extra `redis-server` arguments, kept for restarts.
+    extra: Vec<String>,
+    /// For a TLS-only server: how the fixture's own commands connect.
+    tls: Option<TlsClient>,
+}
+
+/// PEM material for the fixture's own TLS connections.
+#[derive(Clone)]
+pub struct TlsClient {
+    pub ca: Vec<u8>,
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        Redis::start_with(&[])
+    }
+
+    /// With extra `redis-server` arguments (`--cluster-enabled yes`, ...).
+    pub fn start_with(extra: &[&str]) -> Redis {
+        Redis::start_on(free_port(), extra)
+    }
+
+    /// On `port`, with extra arguments.
+    pub fn start_on(port: u16, extra: &[&str]) -> Redis {
+        let mut redis = Redis {
+            port,
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            tls: None,
+        };
+        redis.launch();
+        redis
+    }
+
+    /// Listening only on a TLS port (`port`), with `extra` naming the
+    /// certificates (see `tls::redis`).
+    pub fn start_tls(extra: Vec<String>, client: TlsClient) -> Redis {
+        let port = free_port();
+        let mut args = vec![
+            "--tls-port".to_string(),
+            port.to_string(),
+            "--port".into(),
+            "0".into(),
+        ];
+        args.extend(extra);
+        let mut redis = Redis {
+            port,
+            child: None,
+            extra: args,
+            tls: Some(client),
+        };
+        redis.launch();
+        redis
+    }
+
+    fn launch(&mut self) {
+        let mut child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(["--enable-debug-command", "local", "--loglevel", "notice"])
+            // Replication writes an RDB even without persistence: keep it
+            // out of the working directory.
+            .args(["--dir", path_str(&self.dir())])
+            .args(&self.extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/test installs it)");
+        let out = child.stdout.take().expect("piped");
+        let mut lines = BufReader::new(out).lines();
+        let ready = lines
+            .by_ref()
+            .take(200)
+            .any(|l| l.is_ok_and(|l| l.contains("Ready to accept connections")));
+        assert!(
+            ready,
+            "redis-server on port {} did not become ready",
+            self.port
+        );
+        // Keep draining its log so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        self.child = Some(child);
+    }
+
+    pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// This server's working directory, made on first use.
+    fn dir(&self) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("leaderd-test-redis-{}", self.port));
+        std::fs::create_dir_all(&dir).expect("redis dir");
+        dir
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        let client = match &self.tls {
+            None => redis::Client::open(self.url()).expect("valid URL"),
+            Some(tls) => {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                let certificates = redis::TlsCertificates {
+                    client_tls: Some(redis::ClientTlsConfig {
+                        client_cert: tls.cert.clone(),
+                        client_key: tls.key.clone(),
+                    }),
+                    root_cert: Some(tls.ca.clone()),
+                };
+                redis::Client::build_with_tls(self.url(), certificates).expect("TLS client")
+            }
+        };
+        client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("test Redis reachable")
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> redis::Value {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut self.conn()).expect("redis command succeeds")
+    }
+
+    pub fn get(&self, key: &str) -> Option<String> {
+        redis::cmd("GET")
+            .arg(key)
+            .query(&mut self.conn())
+            .expect("GET")
+    }
+
+    /// A section of `INFO`, as text.
+    pub fn info(&self, section: &str) -> String {
+        redis::cmd("INFO")
+            .arg(section)
+            .query(&mut self.conn())
+            .expect("INFO")
+    }
+
+    /// `CLUSTER INFO`, as text.
+    pub fn info_cluster(&self) -> String {
+        redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query(&mut self.conn())
+            .expect("CLUSTER INFO")
+    }
+
+    /// Not killed (a paused server still runs).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub fn pttl(&self, key: &str) -> i64 {
+        redis::cmd("PTTL")
+            .arg(key)
+            .query(&mut self.conn())
+            .expect("PTTL")
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn pause(&self) {
+        send_signal(self.pid(), "STOP");
+    }
+
+    pub fn resume(&self) {
+        send_signal(self.pid(), "CONT");
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            send_signal(child.id(), "CONT");
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(self.dir());
+    }
+}
