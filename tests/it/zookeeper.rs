@@ -582,10 +582,13 @@ fn a_candidate_that_queued_second_while_joining_never_leads_before_the_first() {
         "b, second in line, started its child:\n{}",
         nodes[1].log().join("\n")
     );
-    eprintln!(
-        "A:\n{}\nB:\n{}",
-        nodes[0].log().join("\n"),
-        nodes[1].log().join("\n")
-    );
     r.assert_one_child_at_a_time(&[&nodes[0], &nodes[1]]);
+    // `check` shows the same from outside.
+    let (code, out, err) = run_to_end(&["check", "--zookeeper", &zk.connect(), "--key", &r.key]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("the lease is held by c0 (fencing token 0x")
+            && out.contains("), first in line; in line: c0, c1"),
+        "{out}"
+    );
 }

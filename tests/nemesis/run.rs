@@ -213,7 +213,7 @@ fn begin(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet) -> Op
         Kind::Herd => {
             for node in fleet.nodes.iter().flatten() {
                 node.signal("CONT");
-                node.signal("KILL");
+                node.signal("TERM");
             }
             true
         }
@@ -259,6 +259,7 @@ fn end(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet, target:
         Kind::Herd => {
             for i in 0..fleet.nodes.len() {
                 if let Some(mut n) = fleet.nodes[i].take() {
+                    n.signal("CONT");
                     n.signal("KILL");
                     n.wait_exit(Duration::from_secs(10));
                     fleet.retired.push((i, n.log()));

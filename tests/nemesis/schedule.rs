@@ -78,9 +78,10 @@ pub enum Kind {
     /// One candidate's worker failing its health check, healthy again at
     /// the heal (the leader's, when `pick` is even: a health step-down).
     Sick,
-    /// Every candidate killed (SIGKILL) at once, all started again at once
-    /// (a host lost, every pod restarted): they join the election together,
-    /// where one's listing can miss another's arrival.
+    /// Every candidate stopped (SIGTERM) at once, all started again at once
+    /// (every pod restarted, a fleet-wide deploy): the last leader released,
+    /// so they join the election together with the lease free, where one's
+    /// view of the others can miss an arrival.
     Herd,
 }
 

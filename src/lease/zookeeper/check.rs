@@ -1,10 +1,12 @@
 //! `leaderd check` for ZooKeeper: every server's version and mode (its
 //! `srvr` command, on by default), the session and its negotiated timeout,
-//! the ACL on the election's path, and a real acquire, renew and release on
-//! a scratch election as the configured user.
+//! the ACL on the election's path, who holds the lease and who is in line,
+//! and a real acquire, renew and release on a scratch election as the
+//! configured user.
 
 use super::ZkLease;
-use super::session::ZK;
+use super::election::{id_in, sorted};
+use super::session::{Failure, Session, ZK};
 use crate::lease::contract::{Acquire, Common, Error, LeaseBackend, Renew};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -70,8 +72,64 @@ impl ZkLease {
             }
             Err(f) => return Err(f.into_error()),
         }
+        lines.push(self.line_up(&s).await?);
         lines.push(self.scratch().await?);
         Ok(lines)
+    }
+
+    /// Who holds the lease and who is in line, in order. The holder is first
+    /// in line but for a moment at the end of its term; one that stays out
+    /// of first place had its queue node deleted from outside.
+    async fn line_up(&self, s: &Session) -> Result<String, Error> {
+        let children = match s.call(&self.base, s.client.list_children(&self.base)).await {
+            Ok(children) => children,
+            Err(Failure::NoNode) => Vec::new(),
+            Err(f) => return Err(f.into_error()),
+        };
+        // (candidate id, session) for each queue node still there.
+        let mut line = Vec::new();
+        for name in sorted(&children) {
+            let path = format!("{}/{name}", self.base);
+            match s.call(&path, s.client.get_data(&path)).await {
+                Ok((data, stat)) => line.push((id_in(&data), stat.ephemeral_owner)),
+                Err(Failure::NoNode) => {}
+                Err(f) => return Err(f.into_error()),
+            }
+        }
+        let in_line = if line.is_empty() {
+            "nobody in line".to_string()
+        } else {
+            let ids: Vec<&str> = line
+                .iter()
+                .map(|(id, _)| id.as_deref().unwrap_or("?"))
+                .collect();
+            format!("in line: {}", ids.join(", "))
+        };
+        let lease = match s.call(&self.leader, s.client.get_data(&self.leader)).await {
+            Ok(lease) => Some(lease),
+            Err(Failure::NoNode) => None,
+            Err(f) => return Err(f.into_error()),
+        };
+        let Some((data, stat)) = lease else {
+            return Ok(format!(
+                "election {}: the lease is free; {in_line}",
+                self.base
+            ));
+        };
+        let first = line
+            .first()
+            .is_some_and(|(_, owner)| *owner == stat.ephemeral_owner);
+        Ok(format!(
+            "election {}: the lease is held by {} (fencing token {:#x}), {}; {in_line}",
+            self.base,
+            id_in(&data).as_deref().unwrap_or("another program"),
+            stat.mzxid,
+            if first {
+                "first in line"
+            } else {
+                "not first in line (its term is ending, or its queue node was deleted from outside)"
+            }
+        ))
     }
 
     /// Acquire, renew and release on `KEY.check`, as the configured user.
