@@ -592,3 +592,41 @@ fn a_candidate_that_queued_second_while_joining_never_leads_before_the_first() {
         "{out}"
     );
 }
+
+/// The leader checks its place at every renewal, not only that its queue
+/// node stands: with a node ahead of it (put there by hand here; the join
+/// race above did it by a bug) the first in line would take the lease the
+/// moment it vanished, so the term ends, the lease node goes once the work
+/// stopped, and nobody leads until the node ahead is gone.
+#[test]
+fn a_queue_node_put_ahead_of_the_leader_ends_its_term() {
+    let zk = ZooKeeper::start(1);
+    let r = Rig::new("zk-ahead", 1);
+    let election = format!("/leaderd/{}", r.key);
+    // The election made by hand, its sequence counter moved past 1, so a's
+    // queue node is numbered 2 or more.
+    zk.put("/leaderd", "");
+    zk.put(&election, "");
+    zk.put(&format!("{election}/warm-up"), "");
+    zk.delete(&format!("{election}/warm-up"));
+    let a = r.start(0, &zk.connect());
+    a.wait_leading(PATIENCE);
+    eventually(PATIENCE, "a's child", || r.child_running(0).then_some(()));
+    let ahead = format!("{election}/c-by-hand-0000000001");
+    zk.put(&ahead, r#"{"id":"by-hand"}"#);
+    a.wait_log(PATIENCE, "a queue node stands ahead of ours");
+    eventually(
+        PATIENCE,
+        "a's child to stop and its lease node to go",
+        || {
+            let lease = zk.children(&election).iter().any(|n| n == "leader");
+            (!r.child_running(0) && !lease).then_some(())
+        },
+    );
+    assert!(!a.is_leader(), "a leads behind another in line");
+    zk.delete(&ahead);
+    a.wait_leading(PATIENCE);
+    eventually(PATIENCE, "a's next child", || {
+        r.child_running(0).then_some(())
+    });
+}

@@ -217,33 +217,35 @@ impl LeaseBackend for ZkLease {
         }
         let sent_at = Instant::now();
         let leader = self.leader.clone();
-        let queued = self.queued.as_ref().map(|q| format!("{}/{q}", self.base));
+        let base = self.base.clone();
         // A read after a sync sees every write committed before it: the
-        // lease node, and our queue node, as the quorum has them. Our node
-        // standing is our place first in line: we took the lease first in
-        // a listing made after it existed, and no node can queue ahead of
-        // an existing one.
+        // lease node, and the queue, as the quorum has them. The holder must
+        // be first in line. It always is (it took the lease first in a
+        // listing made after its node existed, and nothing queues ahead of
+        // a standing node) unless its node was deleted from outside, or a
+        // node was put ahead of it by hand or by a bug: then whoever is
+        // first would take the lease the moment it vanished, so the term
+        // ends here and the lease node goes once the work stopped.
         let read = async {
             s.client.sync(&leader).await?;
             let lease = s.client.get_data(&leader);
-            let place = queued.as_deref().map(|q| s.client.check_stat(q));
-            let lease = lease.await?;
-            let place = match place {
-                Some(place) => place.await?,
-                None => None,
-            };
-            Ok((lease, place))
+            let queue = s.client.list_children(&base);
+            Ok((lease.await?, queue.await?))
         };
         match s.call(&leader, read).await {
-            Ok(((_, stat), Some(_)))
-                if stat.ephemeral_owner == s.id() && stat.mzxid == term.zxid =>
-            {
-                Ok(Renew::Renewed { sent_at })
-            }
-            // Out of line (our queue node deleted from outside): whoever is
-            // first would take the lease the moment it vanished, so our
-            // term ends here; the lease node goes once the work stopped.
-            Ok(((data, stat), _)) => {
+            Ok(((data, stat), queue)) => {
+                let ours = stat.ephemeral_owner == s.id() && stat.mzxid == term.zxid;
+                let queue = election::sorted(&queue);
+                let mine = self.queued.as_ref();
+                if ours && mine.is_some() && queue.first() == mine {
+                    return Ok(Renew::Renewed { sent_at });
+                }
+                if ours && mine.is_some_and(|m| queue.contains(m)) {
+                    tracing::warn!(
+                        ahead = %queue[0],
+                        "a queue node stands ahead of ours in the election (made outside leaderd?): ending the term, the first in line leads next"
+                    );
+                }
                 self.term = None;
                 let holder = self.holder(&data, &stat);
                 Ok(Renew::Lost {
