@@ -100,6 +100,17 @@ impl Fleet {
         self.nodes[i] = Some(node);
     }
 
+    /// Candidate `i` gone for good (killed if it has not exited yet), its
+    /// log kept among the retired ones.
+    fn retire(&mut self, i: usize) {
+        if let Some(mut n) = self.nodes[i].take() {
+            n.signal("CONT");
+            n.signal("KILL");
+            n.wait_exit(Duration::from_secs(10));
+            self.retired.push((i, n.log()));
+        }
+    }
+
     /// The candidate that leads now, if one says so (short timeouts: a
     /// frozen candidate must not hold up the schedule).
     pub fn leader(&self) -> Option<usize> {
@@ -248,27 +259,13 @@ fn end(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet, target:
             }
         }
         Kind::LeaderdKill | Kind::LeaderdTerm => {
-            if let Some(mut n) = fleet.nodes[target].take() {
-                n.signal("CONT");
-                n.signal("KILL");
-                n.wait_exit(Duration::from_secs(10));
-                fleet.retired.push((target, n.log()));
-            }
+            fleet.retire(target);
             fleet.launch(target);
         }
         Kind::Herd => {
-            for i in 0..fleet.nodes.len() {
-                if let Some(mut n) = fleet.nodes[i].take() {
-                    n.signal("CONT");
-                    n.signal("KILL");
-                    n.wait_exit(Duration::from_secs(10));
-                    fleet.retired.push((i, n.log()));
-                }
-            }
+            (0..fleet.nodes.len()).for_each(|i| fleet.retire(i));
             // All at once: no candidate waits for another to be up.
-            for i in 0..fleet.nodes.len() {
-                fleet.launch(i);
-            }
+            (0..fleet.nodes.len()).for_each(|i| fleet.launch(i));
         }
         _ => {}
     }

@@ -169,6 +169,28 @@ fn a_queue_node_put_ahead_of_the_leader_ends_its_term() {
         },
     );
     assert!(!a.is_leader(), "a leads behind another in line");
+    // `check` names the line in order, and a holder that is not first.
+    let check = || {
+        let (code, out, err) =
+            run_to_end(&["check", "--zookeeper", &zk.connect(), "--key", &r.key]);
+        assert_eq!(code, 0, "{out}{err}");
+        out
+    };
+    let out = check();
+    assert!(
+        out.contains("the lease is free; in line: by-hand, c0"),
+        "{out}"
+    );
+    let lease = format!("{election}/leader");
+    zk.put_ephemeral(&lease, r#"{"id":"thief"}"#, support::backends::THIEF_TTL);
+    let out = check();
+    assert!(
+        out.contains("the lease is held by thief (fencing token 0x")
+            && out.contains("), not first in line (")
+            && out.contains("in line: by-hand, c0"),
+        "{out}"
+    );
+    zk.delete(&lease);
     zk.delete(&ahead);
     a.wait_leading(PATIENCE);
     eventually(PATIENCE, "a's next child", || {
