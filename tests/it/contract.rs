@@ -19,6 +19,8 @@ use support::backends::{
 };
 use support::{Leaderd, eventually, probe_child, probe_events, run_to_end};
 
+mod tolerated;
+
 type StartScene = fn() -> Box<dyn Scene>;
 
 /// Every backend's scene, by the name `lease::names()` gives.

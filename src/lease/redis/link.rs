@@ -4,10 +4,11 @@
 //! round trip, by `WAIT` for replica acknowledgements.
 
 use super::Error;
+use super::dial::{Dial, Dialed};
 use super::route::Route;
 use super::urls::WaitReplicas;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -53,6 +54,19 @@ pub(super) struct Link {
     /// connection (`None` when not tracked, or not known).
     pub(super) started: Option<super::restarts::Started>,
     pub(super) track_start: bool,
+    /// Redlock: a connection being made in the background. A master that
+    /// accepts TCP and never answers (frozen, or far away) must not hold
+    /// an operation for the connect timeout: the operation waits for this
+    /// only within its own request budget and leaves it running.
+    pub(super) dialing: Option<tokio::task::JoinHandle<Result<Dialed, Error>>>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        if let Some(dialing) = self.dialing.take() {
+            dialing.abort();
+        }
+    }
 }
 
 /// One try of an operation: done, failed, or sent elsewhere by the cluster.
@@ -107,13 +121,9 @@ impl Link {
     /// timeout; classifies failures, and drops a connection that is broken
     /// or keeps timing out so the next call starts on a fresh one.
     async fn exchange(&mut self, call: &Cmd, write: bool) -> Result<(Value, Replication), Error> {
-        let mut deadline = Instant::now() + self.timeout;
-        if let Some(budget) = self.request_timeout {
-            if self.conn.is_none() {
-                self.connect(deadline).await?;
-            }
-            deadline = Instant::now() + budget;
-        }
+        // Redlock: connecting and the request share one budget, so no
+        // master holds an operation past `--redis-node-timeout`.
+        let deadline = Instant::now() + self.request_timeout.unwrap_or(self.timeout);
         let mut first = self.attempt(call, write, deadline).await;
         if let Err(Attempt::Broken(e)) = first {
             // Found broken on its first use since the server went away: a
@@ -163,7 +173,7 @@ impl Link {
         let reused = self.conn.is_some();
         let mut conn = match self.conn.clone() {
             Some(conn) => conn,
-            None => match self.connect(deadline).await {
+            None => match self.connection(deadline).await {
                 Ok(conn) => conn,
                 Err(e) => {
                     // A slot owner that cannot be reached (down, frozen) may
@@ -188,7 +198,7 @@ impl Link {
             && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
         {
             // SCRIPT FLUSH, or a node that never had them: load and resend.
-            let loaded = self.load_scripts(&mut conn, deadline).await;
+            let loaded = super::dial::load_scripts(&self.preload, &mut conn, deadline).await;
             result = match loaded {
                 Ok(()) => self.send(&mut conn, call, write, asked, deadline).await,
                 Err(e) => Err(e),
@@ -257,57 +267,77 @@ impl Link {
         Ok(())
     }
 
+    /// A connection within `deadline`: made here, or under Redlock's
+    /// request budget awaited from the background dial (started if none
+    /// runs), which goes on past `deadline` within the connect timeout and
+    /// serves the next request.
+    async fn connection(&mut self, deadline: Instant) -> Result<MultiplexedConnection, Error> {
+        if self.request_timeout.is_none() {
+            return self.connect(deadline).await;
+        }
+        let dialing = match &mut self.dialing {
+            Some(dialing) => dialing,
+            None => {
+                let dial = self.dial()?;
+                let until = Instant::now() + self.timeout;
+                self.dialing.insert(tokio::spawn(dial.run(until)))
+            }
+        };
+        let dialed = match tokio::time::timeout_at(deadline, dialing).await {
+            Err(_) => {
+                return Err(Error::Connection {
+                    backend: self.url.clone(),
+                    detail: format!(
+                        "still connecting (no answer within {:?}); the connection is being made in the background",
+                        self.request_timeout.unwrap_or(self.timeout)
+                    ),
+                });
+            }
+            Ok(joined) => {
+                self.dialing = None;
+                joined.map_err(|e| Error::Unexpected {
+                    backend: self.url.clone(),
+                    detail: format!("the connecting task ended: {e}"),
+                })??
+            }
+        };
+        Ok(self.install(dialed))
+    }
+
     pub(super) async fn connect(
         &mut self,
         deadline: Instant,
     ) -> Result<MultiplexedConnection, Error> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
+        let dialed = self.dial()?.run(deadline).await?;
+        Ok(self.install(dialed))
+    }
+
+    fn dial(&self) -> Result<Dial, Error> {
         let Some(client) = self.target.borrow().clone() else {
             return Err(Error::Connection {
                 backend: self.url.clone(),
                 detail: "no master known yet".into(),
             });
         };
-        let connecting = client.get_multiplexed_async_connection_with_config(&config);
-        let mut conn = match tokio::time::timeout_at(deadline, connecting).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(classify(e, &self.url, self.timeout)),
-            Err(_) => return Err(self.timed_out()),
-        };
-        // Best effort: a script that is missing is loaded after NOSCRIPT.
-        if let Err(e) = self.load_scripts(&mut conn, deadline).await {
-            tracing::debug!(error = %e, "could not preload the lease scripts");
-        }
-        if self.track_start {
-            super::restarts::note_start(&mut self.started, &self.url, &mut conn, deadline).await;
-        }
-        if self.wait == WaitReplicas::Auto {
-            let role_cmd = redis::cmd("ROLE");
-            let role = role_cmd.query_async::<Value>(&mut conn);
-            if let Ok(Ok(role)) = tokio::time::timeout_at(deadline, role).await {
-                self.replicas = connected_replicas(&role);
-            }
-        }
-        Ok(self.conn.insert(conn).clone())
+        Ok(Dial {
+            client,
+            url: self.url.clone(),
+            timeout: self.timeout,
+            preload: self.preload.clone(),
+            track_start: self.track_start,
+            role: self.wait == WaitReplicas::Auto,
+        })
     }
 
-    /// So that the first call after a (re)connect is one round trip, not
-    /// three (EVALSHA → NOSCRIPT → SCRIPT LOAD → EVALSHA).
-    async fn load_scripts(
-        &self,
-        conn: &mut MultiplexedConnection,
-        deadline: Instant,
-    ) -> Result<(), RedisError> {
-        let mut load = redis::pipe();
-        for source in &self.preload {
-            load.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
+    fn install(&mut self, dialed: Dialed) -> MultiplexedConnection {
+        if let Some(start) = dialed.start {
+            super::restarts::note(&mut self.started, start);
         }
-        match tokio::time::timeout_at(deadline, load.query_async::<()>(conn)).await {
-            Ok(result) => result,
-            Err(_) => Err((ErrorKind::Io, "timed out loading the scripts").into()),
+        if let Some(replicas) = dialed.replicas {
+            self.replicas = replicas;
         }
+        self.timeouts_in_a_row = 0;
+        self.conn.insert(dialed.conn).clone()
     }
 
     async fn send(

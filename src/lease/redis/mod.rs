@@ -11,6 +11,7 @@ mod cluster;
 pub mod config;
 #[cfg(test)]
 mod config_tests;
+mod dial;
 mod link;
 pub mod redlock;
 pub mod registry;
@@ -156,6 +157,7 @@ impl RedisLease {
                 wait: WaitReplicas::Count(0),
                 replicas: None,
                 started: None,
+                dialing: None,
                 track_start: false,
             },
             lease_key,

@@ -13,16 +13,22 @@ pub(crate) struct Started {
     pub(crate) at: Instant,
 }
 
-/// Reads when the server started (`INFO server`: `run_id`,
-/// `uptime_in_seconds`). A run id other than the last one seen counts
-/// as a restart now, whatever the uptime says. Without an answer (no
-/// `+info` in the ACL) the last knowledge stays.
-pub(super) async fn note_start(
-    started: &mut Option<Started>,
+/// What `INFO server` says of the server's run: its id and uptime, read
+/// at `read`.
+#[derive(Debug, Clone)]
+pub(super) struct Uptime {
+    run_id: String,
+    uptime: Duration,
+    read: Instant,
+}
+
+/// Reads `INFO server`'s `run_id` and `uptime_in_seconds`; `None` without
+/// an answer (no `+info` in the ACL, or none by `deadline`).
+pub(super) async fn read_start(
     url: &str,
     conn: &mut MultiplexedConnection,
     deadline: Instant,
-) {
+) -> Option<Uptime> {
     let mut cmd = redis::cmd("INFO");
     cmd.arg("server");
     let info = cmd.query_async::<String>(conn);
@@ -30,30 +36,36 @@ pub(super) async fn note_start(
         Ok(Ok(text)) => text,
         Ok(Err(e)) => {
             tracing::debug!(error = %e, server = %url, "cannot read INFO server; a restart of this master goes unseen");
-            return;
+            return None;
         }
-        Err(_) => return,
+        Err(_) => return None,
     };
     let field = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
             .map(str::trim)
     };
-    let (Some(run_id), Some(uptime)) = (
-        field("run_id"),
-        field("uptime_in_seconds").and_then(|u| u.parse::<u64>().ok()),
-    ) else {
-        return;
-    };
-    let now = Instant::now();
+    let run_id = field("run_id")?.to_string();
+    let uptime = field("uptime_in_seconds")?.parse::<u64>().ok()?;
+    Some(Uptime {
+        run_id,
+        uptime: Duration::from_secs(uptime),
+        read: Instant::now(),
+    })
+}
+
+/// Updates what is known of the server's start. A run id other than the
+/// last one seen counts as a restart when it was read, whatever the uptime
+/// says; without an answer the last knowledge stays.
+pub(super) fn note(started: &mut Option<Started>, seen: Uptime) {
     let at = match started.as_ref() {
         // The same run: keep the first estimate.
-        Some(s) if s.run_id == run_id => return,
-        Some(_) => now,
-        None => now.checked_sub(Duration::from_secs(uptime)).unwrap_or(now),
+        Some(s) if s.run_id == seen.run_id => return,
+        Some(_) => seen.read,
+        None => seen.read.checked_sub(seen.uptime).unwrap_or(seen.read),
     };
     *started = Some(Started {
-        run_id: run_id.to_string(),
+        run_id: seen.run_id,
         at,
     });
 }

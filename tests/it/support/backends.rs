@@ -39,6 +39,20 @@ pub trait Scene {
         None
     }
     fn thaw_one(&mut self) {}
+    /// Freezes (SIGSTOP) one node whose loss the store rides out without
+    /// moving the lease's own server: a Redlock master, a sentinel, an etcd
+    /// or ZooKeeper follower, a Cluster master that does not own the key's
+    /// slot. `false` for a store of one node.
+    fn freeze_tolerated(&mut self, _key: &str) -> bool {
+        false
+    }
+    fn thaw_tolerated(&mut self) {}
+    /// The loopback port of one node a candidate may reach through a proxy,
+    /// with the store still answering when that path is slow (`args` names
+    /// it as `127.0.0.1:PORT`); `None` where no such path exists.
+    fn tolerated_port(&self) -> Option<u16> {
+        None
+    }
     /// kill -9 of every server process, keeping what the store persists;
     /// `false` when the store has no process (a local file).
     fn crash(&mut self) -> bool {
@@ -270,6 +284,15 @@ impl Scene for SentinelScene {
     fn thaw_one(&mut self) {
         self.rig.sentinels[0].resume();
     }
+    fn freeze_tolerated(&mut self, key: &str) -> bool {
+        self.freeze_one(key).is_some()
+    }
+    fn thaw_tolerated(&mut self) {
+        self.thaw_one();
+    }
+    fn tolerated_port(&self) -> Option<u16> {
+        Some(self.rig.sentinels[0].port)
+    }
 }
 
 /// Redis Cluster of three primaries, a replica each: the lease on the
@@ -354,6 +377,26 @@ impl Scene for ClusterScene {
             }
         }
     }
+    /// A node that neither owns the key's slot nor replicates it: the
+    /// cluster fails it over without the lease's slot moving.
+    fn freeze_tolerated(&mut self, key: &str) -> bool {
+        let owner = self.owner(key).port;
+        let replica = self.rig.replica_of(owner).port;
+        let Some(other) = self
+            .rig
+            .nodes
+            .iter()
+            .find(|n| n.port != owner && n.port != replica)
+        else {
+            return false;
+        };
+        other.pause();
+        self.frozen = Some(other.port);
+        true
+    }
+    fn thaw_tolerated(&mut self) {
+        self.thaw_one();
+    }
 }
 
 /// Redlock over independent masters: the lease on a majority of them.
@@ -428,6 +471,15 @@ impl Scene for RedlockScene {
     }
     fn thaw_one(&mut self) {
         self.masters.nodes[0].resume();
+    }
+    fn freeze_tolerated(&mut self, key: &str) -> bool {
+        self.freeze_one(key).is_some()
+    }
+    fn thaw_tolerated(&mut self) {
+        self.thaw_one();
+    }
+    fn tolerated_port(&self) -> Option<u16> {
+        Some(self.masters.nodes[0].port)
     }
     /// Restarted empty (no persistence).
     #[allow(dead_code)] // the nemesis only
@@ -599,6 +651,22 @@ impl Scene for EtcdScene {
             self.etcd.members[i].resume();
         }
     }
+    /// A follower: no election inside etcd, a quorum still there.
+    fn freeze_tolerated(&mut self, _key: &str) -> bool {
+        if self.etcd.members.len() < 3 {
+            return false;
+        }
+        let follower = (self.etcd.leader().unwrap_or(0) + 1) % self.etcd.members.len();
+        self.etcd.members[follower].pause();
+        self.frozen = Some(follower);
+        true
+    }
+    fn thaw_tolerated(&mut self) {
+        self.thaw_one();
+    }
+    fn tolerated_port(&self) -> Option<u16> {
+        (self.etcd.members.len() >= 3).then(|| self.etcd.members[0].client_port)
+    }
     /// Every member killed; they come back with their data directories.
     fn crash(&mut self) -> bool {
         for m in &mut self.etcd.members {
@@ -709,6 +777,22 @@ impl Scene for ZkScene {
         if let Some(i) = self.frozen.take() {
             self.zk.servers[i].resume();
         }
+    }
+    /// A follower: no election inside the ensemble, a quorum still there.
+    fn freeze_tolerated(&mut self, _key: &str) -> bool {
+        if self.zk.servers.len() < 3 {
+            return false;
+        }
+        let follower = (self.zk.leader().unwrap_or(0) + 1) % self.zk.servers.len();
+        self.zk.servers[follower].pause();
+        self.frozen = Some(follower);
+        true
+    }
+    fn thaw_tolerated(&mut self) {
+        self.thaw_one();
+    }
+    fn tolerated_port(&self) -> Option<u16> {
+        (self.zk.servers.len() >= 3).then(|| self.zk.servers[0].client_port)
     }
     /// Every server killed; they come back with their data directories.
     fn crash(&mut self) -> bool {

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub struct Proxy {
     pub port: u16,
@@ -109,8 +109,26 @@ impl Proxy {
     }
 }
 
-/// Copies `from` to `to` on a thread until either side closes.
-fn pipe(mut from: TcpStream, mut to: TcpStream, frozen: Arc<AtomicBool>, delay: Arc<AtomicU64>) {
+/// Copies `from` to `to` until either side closes: a reader thread stamps
+/// each chunk with when it may cross, a writer thread passes it on then, so
+/// a delay is latency (chunks in flight overlap), not a slower link.
+fn pipe(mut from: TcpStream, mut out: TcpStream, frozen: Arc<AtomicBool>, delay: Arc<AtomicU64>) {
+    let (chunks, due) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+    let ice = frozen.clone();
+    std::thread::spawn(move || {
+        for (at, chunk) in due {
+            let wait = at.saturating_duration_since(Instant::now());
+            if !wait.is_zero() {
+                std::thread::sleep(wait);
+            }
+            // Read just before a freeze: held back until the thaw.
+            wait_thawed(&ice);
+            if out.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        let _ = out.shutdown(Shutdown::Write);
+    });
     std::thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
         loop {
@@ -118,19 +136,15 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, frozen: Arc<AtomicBool>, delay: 
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    let wait = delay.load(Ordering::SeqCst);
-                    if wait > 0 {
-                        std::thread::sleep(Duration::from_millis(wait));
-                    }
-                    // Read just before a freeze: held back until the thaw.
-                    wait_thawed(&frozen);
-                    if to.write_all(&buf[..n]).is_err() {
+                    let at = Instant::now() + Duration::from_millis(delay.load(Ordering::SeqCst));
+                    if chunks.send((at, buf[..n].to_vec())).is_err() {
                         break;
                     }
                 }
             }
         }
-        let _ = to.shutdown(Shutdown::Write);
+        // The writer shuts its side down once every chunk read has crossed.
+        drop(chunks);
         let _ = from.shutdown(Shutdown::Read);
     });
 }

@@ -19,26 +19,18 @@ impl Masters {
         self.nodes.len() / 2 + 1
     }
 
-    /// `--redis URL` for every master, and timeouts for a 2 s TTL on a
-    /// loaded machine: each master has 100 ms to answer (ttl/20), 200 ms
-    /// to connect.
+    /// `--redis URL` for every master, and a node timeout for a 2 s TTL on
+    /// a loaded machine: each master has 100 ms to answer (ttl/20).
+    /// Connecting keeps the default `--redis-timeout` (500 ms), as users
+    /// run it: with a frozen master that bound must cost no operation
+    /// anything (issue #36).
     pub fn args(&self, key: &str) -> Vec<String> {
         let mut args = Vec::new();
         for node in &self.nodes {
             args.push("--redis".to_string());
             args.push(node.url());
         }
-        args.extend(
-            [
-                "--key",
-                key,
-                "--redis-timeout",
-                "200ms",
-                "--redis-node-timeout",
-                "100ms",
-            ]
-            .map(String::from),
-        );
+        args.extend(["--key", key, "--redis-node-timeout", "100ms"].map(String::from));
         args
     }
 

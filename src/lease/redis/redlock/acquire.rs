@@ -14,9 +14,9 @@
 
 use super::super::script::eval;
 use super::Redlock;
+use super::enough::Until;
 use super::tally::{self, Acquired, Answer, Standing, Voted};
 use crate::lease::contract::{Acquire, Error, new_token};
-use futures_util::future::join_all;
 use redis::Value;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -55,11 +55,12 @@ impl Redlock {
             &[&self.keys.lease, &self.keys.fence, &self.keys.term],
             &[&token, &self.id_json, &self.ttl_ms(), &self.highest_fencing],
         );
-        let replies = self.on_all(&call).await;
+        self.hear_late();
+        let replies = self.on_all(&call, Until::Quorum).await;
         let judged = match self.answers(replies) {
             Ok(judged) => judged,
             Err(e) => {
-                self.give_back(None, false).await;
+                self.give_back(None, false);
                 return Err(e);
             }
         };
@@ -71,7 +72,7 @@ impl Redlock {
             Voted::Cold => {
                 // Won, but only with the votes of masters that restarted
                 // within a TTL: wait until the first of them may vote.
-                self.give_back(Some(&judged.answers), false).await;
+                self.give_back(Some(&judged.answers), false);
                 let warm_in = cold.iter().flatten().min().copied();
                 tracing::debug!(
                     ?warm_in,
@@ -86,7 +87,7 @@ impl Redlock {
                 });
             }
             Voted::Judged(Acquired::Refused(standing)) => {
-                self.give_back(Some(&judged.answers), false).await;
+                self.give_back(Some(&judged.answers), false);
                 return match standing {
                     Standing::Unreachable { .. } => Err(self.unreachable(judged.errors)),
                     Standing::Held { holder, expires_in } => {
@@ -113,7 +114,7 @@ impl Redlock {
             }
         };
         if let Err(e) = self.in_time(sent_at, "winning a quorum") {
-            self.give_back(Some(&judged.answers), false).await;
+            self.give_back(Some(&judged.answers), false);
             return Err(e);
         }
         // Phase two, on the masters that are ours.
@@ -127,29 +128,20 @@ impl Redlock {
             .iter()
             .map(|a| matches!(a, Answer::Ours(_)))
             .collect();
-        let commits = join_all(
-            self.nodes
-                .iter_mut()
-                .zip(&ours)
-                .filter(|(_, ours)| **ours)
-                .map(|(node, _)| node.invoke(&commit)),
-        )
-        .await;
-        let warm_ours = ours
-            .iter()
-            .zip(&cold)
-            .filter(|(o, _)| **o)
-            .map(|(_, c)| c.is_none());
+        let commits = self.ask(&commit, &ours, Until::Quorum).await;
         let committed = commits
             .iter()
-            .zip(warm_ours)
-            .filter(|(c, warm)| {
-                *warm && matches!(c, Ok(Value::Array(v)) if v.first() == Some(&Value::Int(1)))
+            .zip(&ours)
+            .zip(&cold)
+            .filter(|((c, ours), cold)| {
+                **ours
+                    && cold.is_none()
+                    && matches!(c, Ok(Value::Array(v)) if v.first() == Some(&Value::Int(1)))
             })
             .count();
         self.highest_fencing = self.highest_fencing.max(fencing);
         if committed < self.quorum {
-            self.give_back(Some(&judged.answers), false).await;
+            self.give_back(Some(&judged.answers), false);
             return Err(Error::Connection {
                 backend: self.describe_short(),
                 detail: format!(
@@ -159,13 +151,13 @@ impl Redlock {
             });
         }
         if let Err(e) = self.in_time(sent_at, "winning a quorum and committing its token") {
-            self.give_back(Some(&judged.answers), false).await;
+            self.give_back(Some(&judged.answers), false);
             return Err(e);
         }
         self.fencing = fencing;
         self.valid_until = Some(self.timing.validity_end(sent_at));
         if ours.iter().any(|o| !o) {
-            self.spread(&token, &ours, fencing).await;
+            self.spread(&token, &ours, fencing);
         }
         Ok(Acquire::Won {
             fencing_token: fencing,
@@ -175,23 +167,15 @@ impl Redlock {
 
     /// Puts a lease just won on the masters that are not ours yet (vacant,
     /// or that did not answer), where it is free: the `reclaim` a renewal
-    /// would do a third of a TTL later, done now.
-    async fn spread(&mut self, token: &str, ours: &[bool], fencing: u64) {
+    /// would do a third of a TTL later, done now. Not waited for: a master
+    /// that did not answer the acquire runs it after the acquire.
+    fn spread(&mut self, token: &str, ours: &[bool], fencing: u64) {
         let call = eval(
             &self.scripts.reclaim,
             &[&self.keys.lease, &self.keys.fence, &self.keys.term],
             &[&token, &self.ttl_ms(), &self.id_json, &fencing],
         );
-        let rest = self.nodes.iter_mut().zip(ours).filter(|(_, ours)| !**ours);
-        let spread = join_all(rest.map(|(node, _)| node.invoke(&call))).await;
-        let placed = spread
-            .iter()
-            .filter(|r| matches!(r, Ok(Value::Array(v)) if v.first() == Some(&Value::Int(1))))
-            .count();
-        tracing::debug!(
-            placed,
-            of = spread.len(),
-            "put the lease on the masters the win did not include"
-        );
+        let rest: Vec<bool> = ours.iter().map(|o| !o).collect();
+        self.tell(&call, &rest);
     }
 }

@@ -6,12 +6,12 @@
 //! `localhost`), a replica of it, or a proxy to it, and would count two
 //! votes for one failure domain.
 
-use super::super::link::{Link, classify};
+use super::super::link::classify;
 use super::super::{tls, wake};
 use super::Redlock;
+use super::enough::Until;
 use crate::lease::contract::LeaseBackend;
 use crate::lease::contract::{Acquire, Error, new_token};
-use futures_util::future::join_all;
 
 /// How long a probe key lives if leaderd dies before deleting it.
 const PROBE_TTL_MS: u64 = 30_000;
@@ -25,53 +25,58 @@ pub(super) struct Independence {
 /// Probes the masters that answer; the rest cannot be judged now and are
 /// not held against the configuration. Errs only on evidence: two masters
 /// that share data.
-pub(super) async fn probe(nodes: &mut [Link], prefix: &str) -> Result<Independence, Error> {
-    let probe_keys: Vec<String> = nodes
+pub(super) async fn probe(lease: &mut Redlock, prefix: &str) -> Result<Independence, Error> {
+    let probe_keys: Vec<String> = lease
+        .nodes
         .iter()
         .map(|_| format!("{prefix}:probe:{}", new_token()))
         .collect();
-    let writes = nodes.iter_mut().zip(&probe_keys).map(|(node, key)| {
-        let mut set = redis::cmd("SET");
-        set.arg(key).arg("1").arg("PX").arg(PROBE_TTL_MS);
-        async move { node.invoke(&set).await.is_ok() }
-    });
-    let wrote = join_all(writes).await;
-    let reads = nodes.iter_mut().map(|node| {
-        let keys = &probe_keys;
-        async move {
-            let mut seen = Vec::new();
-            for key in keys {
-                let mut get = redis::cmd("GET");
-                get.arg(key);
-                match node.invoke(&get).await {
-                    Ok(redis::Value::Nil) => seen.push(false),
-                    Ok(_) => seen.push(true),
-                    Err(_) => return None,
-                }
-            }
-            Some(seen)
-        }
-    });
-    let seen = join_all(reads).await;
-    let deletes = nodes.iter_mut().zip(&probe_keys).map(|(node, key)| {
-        let mut del = redis::cmd("DEL");
-        del.arg(key);
-        async move {
-            let _ = node.invoke(&del).await;
-        }
-    });
-    join_all(deletes).await;
+    let sets: Vec<redis::Cmd> = probe_keys
+        .iter()
+        .map(|key| {
+            let mut set = redis::cmd("SET");
+            set.arg(key).arg("1").arg("PX").arg(PROBE_TTL_MS);
+            set
+        })
+        .collect();
+    let each: Vec<Option<&redis::Cmd>> = sets.iter().map(Some).collect();
+    let wrote: Vec<bool> = lease
+        .ask_each(&each, Until::All)
+        .await
+        .iter()
+        .map(Result::is_ok)
+        .collect();
+    let mut mget = redis::cmd("MGET");
+    mget.arg(&probe_keys);
+    let seen: Vec<Option<Vec<bool>>> = lease
+        .on_all(&mget, Until::All)
+        .await
+        .into_iter()
+        .map(|reply| match reply {
+            Ok(redis::Value::Array(values)) if values.len() == probe_keys.len() => Some(
+                values
+                    .iter()
+                    .map(|v| !matches!(v, redis::Value::Nil))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect();
+    let mut del = redis::cmd("DEL");
+    del.arg(&probe_keys);
+    lease.on_all(&del, Until::All).await;
 
+    let urls: Vec<&str> = lease.nodes.iter().map(|n| n.url.as_str()).collect();
     let mut answered = 0;
     for (i, seen_here) in seen.iter().enumerate() {
         let Some(seen_here) = seen_here else { continue };
         answered += usize::from(wrote[i]);
-        if let Some(j) = (0..nodes.len()).find(|&j| j != i && wrote[j] && seen_here[j]) {
+        if let Some(j) = (0..urls.len()).find(|&j| j != i && wrote[j] && seen_here[j]) {
             return Err(Error::WrongKind {
-                backend: nodes[i].url.clone(),
+                backend: urls[i].to_string(),
                 detail: format!(
                     "Redlock needs independent masters, but {} and {} share their data (one holds the other's probe key): the same server under two names, a replica, or a proxy to it. It would count two votes for one failure; list each master once",
-                    nodes[i].url, nodes[j].url
+                    urls[i], urls[j]
                 ),
             });
         }
@@ -85,7 +90,7 @@ pub(super) async fn probe(nodes: &mut [Link], prefix: &str) -> Result<Independen
 pub(super) async fn report(lease: &mut Redlock) -> Result<Vec<String>, Error> {
     let mut lines = Vec::new();
     let prefix = format!("leaderd:{{{}}}", lease.common.key);
-    let independent = probe(&mut lease.nodes, &prefix).await?;
+    let independent = probe(lease, &prefix).await?;
     lines.push(format!(
         "{} of {} masters answered the independence probe and share no data (quorum {})",
         independent.answered,
@@ -100,7 +105,7 @@ pub(super) async fn report(lease: &mut Redlock) -> Result<Vec<String>, Error> {
     let mut blocking = 0;
     for node in &scratch.nodes {
         let queue = wake::WakeQueue {
-            target: node.target.subscribe(),
+            target: node.target.clone(),
             key: scratch.keys.wake.clone(),
             timeout: node.timeout,
             own_id: String::new(),

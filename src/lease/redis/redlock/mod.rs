@@ -13,20 +13,29 @@
 //! quorum shares a master with this one, so it proposes more than T, unless
 //! a quorum of masters lost their data in between: then the tokens rest on
 //! the masters' clocks and the candidate's own highest-seen token.
+//!
+//! Each master runs its requests on a task of its own ([`master`]); an
+//! operation decides as soon as the answers so far settle it ([`enough`]),
+//! within two node timeouts whatever a slow or frozen master does.
 
 mod acquire;
 mod check;
+mod enough;
+mod master;
 mod tally;
 
 use super::config::{RedisTls, RedlockConfig};
 use super::link::Link;
+use super::restarts::Started;
 use super::script::{Reply, Scripts, eval, parse_reply};
 use super::urls::{RedisUrl, WaitReplicas};
 use super::{Keys, blocked, keys, registry, route, tls, wake};
 use crate::lease::contract::{Acquire, Common, Error, LeaseBackend, Nodes, Peek, Renew};
 use crate::lease::registry::Record;
 use crate::timing::Timing;
+use enough::Until;
 use futures_util::future::join_all;
+use master::{Answered, Master};
 use redis::{Cmd, Value};
 use std::time::Duration;
 use tally::{Answer, Renewed, Standing};
@@ -36,8 +45,20 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub struct Redlock {
-    /// One connection per master, in the order given.
-    nodes: Vec<Link>,
+    /// One task per master, in the order given.
+    nodes: Vec<Master>,
+    /// Every master's answers, to the operation under way or, late, to an
+    /// earlier one.
+    answers: mpsc::UnboundedReceiver<Answered>,
+    /// The number of the operation under way.
+    op: u64,
+    /// The number of the last renewal: a master that answers it late may
+    /// still say it had lost the key.
+    renewal: u64,
+    /// When each master started, as its last answer knew it.
+    started: Vec<Option<Started>>,
+    /// Whether each master's last answer was one (not an error).
+    answering: Vec<bool>,
     quorum: usize,
     keys: Keys,
     registry_key: String,
@@ -53,8 +74,6 @@ pub struct Redlock {
     /// Our lease's validity by our own clock, from the last quorum won or
     /// renewed: a master that lost the key gets it back only before this.
     valid_until: Option<Instant>,
-    /// How many masters answered the last operation.
-    answered: usize,
     /// Each master's request timeout (`--redis-node-timeout`).
     node_timeout: Duration,
     scripts: Scripts,
@@ -73,12 +92,23 @@ impl Redlock {
             tls,
         } = config;
         let scripts = Scripts::new();
-        let nodes = urls
+        let links = urls
             .iter()
             .map(|url| link(url, tls, *timeout, *node_timeout, &scripts))
             .collect::<Result<Vec<_>, _>>()?;
+        let (answered, answers) = mpsc::unbounded_channel();
+        let nodes: Vec<Master> = links
+            .into_iter()
+            .enumerate()
+            .map(|(i, link)| Master::start(i, link, answered.clone()))
+            .collect();
         Ok(Redlock {
             quorum: tally::quorum(nodes.len()),
+            answers,
+            op: 0,
+            renewal: 0,
+            started: vec![None; nodes.len()],
+            answering: vec![false; nodes.len()],
             nodes,
             keys: keys(&common.key),
             registry_key: registry::key(&common.key),
@@ -88,7 +118,6 @@ impl Redlock {
             fencing: 0,
             highest_fencing: 0,
             valid_until: None,
-            answered: 0,
             node_timeout: *node_timeout,
             scripts,
             config: config.clone(),
@@ -100,10 +129,10 @@ impl Redlock {
     /// less than a TTL ago), or `None` when it is warm or not known.
     fn cold(&self) -> Vec<Option<Duration>> {
         let now = Instant::now();
-        self.nodes
+        self.started
             .iter()
-            .map(|n| {
-                let started = n.started.as_ref()?;
+            .map(|started| {
+                let started = started.as_ref()?;
                 (started.at + self.timing.ttl)
                     .checked_duration_since(now)
                     .filter(|left| !left.is_zero())
@@ -113,12 +142,6 @@ impl Redlock {
 
     fn ttl_ms(&self) -> u64 {
         self.timing.ttl.as_millis() as u64
-    }
-
-    /// Sends `call` to every master at once and waits for all of them
-    /// (each bounded by its own timeout).
-    async fn on_all(&mut self, call: &Cmd) -> Vec<Result<Value, Error>> {
-        join_all(self.nodes.iter_mut().map(|node| node.invoke(call))).await
     }
 
     /// Reads the masters' replies; a lease nobody can take over on so many
@@ -142,7 +165,6 @@ impl Redlock {
             };
             judged.answers.push(answer);
         }
-        self.answered = judged.answers.len() - judged.errors.len();
         for seen in judged.answers.iter().filter_map(|a| match a {
             Answer::Other(Some(h), _) => h.fencing_token,
             _ => None,
@@ -167,7 +189,7 @@ impl Redlock {
             backend: self.describe_short(),
             detail: format!(
                 "only {} of {} masters answered, {} needed ({})",
-                self.answered,
+                self.nodes.len().saturating_sub(errors.len()),
                 self.nodes.len(),
                 self.quorum,
                 details.join("; ")
@@ -175,17 +197,19 @@ impl Redlock {
         }
     }
 
+    /// How many masters answered their last request.
+    fn answered(&self) -> usize {
+        self.answering.iter().filter(|a| **a).count()
+    }
+
     fn describe_short(&self) -> String {
         format!("Redlock over {} Redis masters", self.nodes.len())
     }
 
-    /// Releases on the masters marked in `on`, pushing `wake_copies`
-    /// wake-ups on each (0: a quiet give-back).
-    async fn release_on(&mut self, on: &[bool], wake_copies: usize) -> Result<bool, Error> {
-        let Some(token) = self.token.clone() else {
-            return Ok(false);
-        };
-        let call = eval(
+    /// The release script: owner-checked, pushing `wake_copies` wake-ups
+    /// (0: a quiet give-back).
+    fn release_call(&self, token: &str, wake_copies: usize) -> Cmd {
+        eval(
             &self.scripts.release,
             &[&self.keys.lease, &self.keys.wake, &self.keys.term],
             &[
@@ -194,37 +218,19 @@ impl Redlock {
                 &wake_copies,
                 &(wake::WAKE_LINGER.as_millis() as u64),
             ],
-        );
-        let asked = self.nodes.iter_mut().zip(on).filter(|(_, on)| **on);
-        let replies = join_all(asked.map(|(node, _)| node.invoke(&call))).await;
-        self.valid_until = None;
-        self.fencing = 0;
-        let mut errors = Vec::new();
-        let mut released = false;
-        let sent = replies.len();
-        for reply in replies {
-            match reply {
-                Ok(Value::Int(n)) => released |= n == 1,
-                Ok(other) => errors.push(super::script::unexpected(&self.describe_short(), &other)),
-                Err(e) => errors.push(e),
-            }
-        }
-        self.answered = self.nodes.len() - errors.len();
-        if errors.is_empty() {
-            self.token = None;
-        }
-        if sent > 0 && errors.len() == sent {
-            return Err(self.unreachable(errors));
-        }
-        Ok(released)
+        )
     }
 
     /// Gives back whatever an attempt took: owner-checked, on every master
     /// that may hold it (all but those that answered with another holder),
-    /// those that did not answer included. Best effort: what stays expires.
-    /// Quiet unless `wake`: a refused attempt ended no one's leadership,
-    /// and two refused candidates that woke each other would never stop.
-    async fn give_back(&mut self, answers: Option<&[Answer]>, wake: bool) {
+    /// those that did not answer included, each after the attempt's own
+    /// request. Not waited for: what stays expires. Quiet unless `wake`: a
+    /// refused attempt ended no one's leadership, and two refused
+    /// candidates that woke each other would never stop.
+    fn give_back(&mut self, answers: Option<&[Answer]>, wake: bool) {
+        let Some(token) = self.token.clone() else {
+            return;
+        };
         let on: Vec<bool> = match answers {
             Some(answers) => answers
                 .iter()
@@ -232,12 +238,11 @@ impl Redlock {
                 .collect(),
             None => vec![true; self.nodes.len()],
         };
-        let answered = self.answered;
+        self.valid_until = None;
+        self.fencing = 0;
         let copies = if wake { wake::WAKE_COPIES } else { 0 };
-        if let Err(e) = self.release_on(&on, copies).await {
-            tracing::debug!(error = %e, "could not give back a partial lease");
-        }
-        self.answered = answered;
+        let call = self.release_call(&token, copies);
+        self.tell(&call, &on);
     }
 }
 
@@ -271,6 +276,7 @@ fn link(
         wait: WaitReplicas::Count(0),
         replicas: None,
         started: None,
+        dialing: None,
         track_start: true,
     })
 }
@@ -307,7 +313,9 @@ impl LeaseBackend for Redlock {
             &[&self.keys.lease, &self.keys.fence, &self.keys.term],
             &[&token, &self.ttl_ms(), &self.id_json, &restore],
         );
-        let replies = self.on_all(&call).await;
+        self.hear_late();
+        let replies = self.on_all(&call, Until::Quorum).await;
+        self.renewal = self.op;
         let judged = self.answers(replies)?;
         match tally::renew(&judged.answers, self.quorum) {
             Renewed::Yes { restored } => {
@@ -327,7 +335,7 @@ impl LeaseBackend for Redlock {
                 };
                 // Our leadership ended: wake the waiters of any master
                 // where it did.
-                self.give_back(Some(&judged.answers), true).await;
+                self.give_back(Some(&judged.answers), true);
                 Ok(Renew::Lost { holder })
             }
             Renewed::Failed { ours, failed } => Err(Error::Connection {
@@ -340,12 +348,35 @@ impl LeaseBackend for Redlock {
         }
     }
 
-    /// Releases on every master (each wakes its own waiters). The token is
-    /// forgotten only once every master answered, so the next acquire
-    /// recognises a key a silent master may still hold.
+    /// Releases on every master (each wakes its own waiters: a waiter
+    /// acts on the first wake-up, so a slow master does not delay the
+    /// handover). The token is forgotten only once every master answered,
+    /// so the next acquire recognises a key a silent master may still hold.
     async fn release(&mut self) -> Result<bool, Error> {
-        let every = vec![true; self.nodes.len()];
-        self.release_on(&every, wake::WAKE_COPIES).await
+        let Some(token) = self.token.clone() else {
+            return Ok(false);
+        };
+        self.hear_late();
+        self.valid_until = None;
+        self.fencing = 0;
+        let call = self.release_call(&token, wake::WAKE_COPIES);
+        let replies = self.on_all(&call, Until::All).await;
+        let mut errors = Vec::new();
+        let mut released = false;
+        for reply in replies {
+            match reply {
+                Ok(Value::Int(n)) => released |= n == 1,
+                Ok(other) => errors.push(super::script::unexpected(&self.describe_short(), &other)),
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.is_empty() {
+            self.token = None;
+        }
+        if errors.len() == self.nodes.len() {
+            return Err(self.unreachable(errors));
+        }
+        Ok(released)
     }
 
     async fn peek(&mut self) -> Result<Peek, Error> {
@@ -354,7 +385,8 @@ impl LeaseBackend for Redlock {
             &[&self.keys.lease, &self.keys.term],
             &[],
         );
-        let replies = self.on_all(&call).await;
+        self.hear_late();
+        let replies = self.on_all(&call, Until::All).await;
         let judged = self.answers(replies)?;
         Ok(match tally::standing(&judged.answers, self.quorum) {
             Standing::Unreachable { .. } => return Err(self.unreachable(judged.errors)),
@@ -376,21 +408,25 @@ impl LeaseBackend for Redlock {
         let id: String = serde_json::from_str(&self.id_json).expect("id_json is a JSON string");
         let ttl_ms = self.timing.ttl.as_millis() as u64;
         let call = registry::register(&self.scripts, &self.registry_key, &id, me, ttl_ms);
-        let replies = self.on_all(&call).await;
+        self.hear_late();
+        // A majority's records are everyone's: each candidate writes its
+        // own on every master.
+        let replies = self.on_all(&call, Until::Answers(self.quorum)).await;
         let urls: Vec<&str> = self.nodes.iter().map(|n| n.url.as_str()).collect();
         registry::union(replies, &urls)
     }
 
     async fn candidates(&mut self) -> Result<Vec<Record>, Error> {
         let call = registry::candidates(&self.scripts, &self.registry_key);
-        let replies = self.on_all(&call).await;
+        self.hear_late();
+        let replies = self.on_all(&call, Until::Answers(self.quorum)).await;
         let urls: Vec<&str> = self.nodes.iter().map(|n| n.url.as_str()).collect();
         registry::union(replies, &urls)
     }
 
     fn nodes(&self) -> Option<Nodes> {
         Some(Nodes {
-            answered: self.answered,
+            answered: self.answered(),
             total: self.nodes.len(),
             quorum: self.quorum,
         })
@@ -410,7 +446,7 @@ impl LeaseBackend for Redlock {
             .iter()
             .map(|node| {
                 let queue = wake::WakeQueue {
-                    target: node.target.subscribe(),
+                    target: node.target.clone(),
                     key: self.keys.wake.clone(),
                     timeout: node.timeout,
                     own_id: own_id.clone(),
@@ -426,7 +462,7 @@ impl LeaseBackend for Redlock {
 
     async fn vet(&mut self) -> Result<(), Error> {
         let prefix = format!("leaderd:{{{}}}", self.common.key);
-        check::probe(&mut self.nodes, &prefix).await.map(drop)
+        check::probe(self, &prefix).await.map(drop)
     }
 
     /// The independence probe, then acquire, renew and release on a
