@@ -8,7 +8,7 @@
 //! - [`schedule`]: the fault schedule, drawn from a seed;
 //! - [`history`]: what is recorded (`/leader` answers, `/proc` samples, the
 //!   children's own lines, the faults);
-//! - [`checkers`]: C1–C6, pure functions of the history;
+//! - [`checkers`]: C1–C7, pure functions of the history;
 //! - [`links`]: each candidate's own proxies to the store (its partition,
 //!   latency and connection resets);
 //! - [`sanity`]: a planted violation for each checker (`--sanity`).

@@ -17,6 +17,10 @@
 //! - C5: nothing left running at the end.
 //! - C6: while a fault the store tolerates is in force, alone, no stretch
 //!   without a leader longer than its bound.
+//! - C7: a fault the store rides out without a failover of its own (one
+//!   Redlock master, a sentinel, a follower frozen), alone, costs the
+//!   leader nothing: the child alive at its start is still alive at its
+//!   end (the same term; every child is a term of its own).
 
 use crate::history::{Answer, History, Life};
 use std::time::Duration;
@@ -371,6 +375,58 @@ pub fn c6(history: &History) -> Verdict {
     }
 }
 
+/// During each fault that must keep the leader (`keeps_leader`), judged
+/// alone as in C6, the child alive at its start: how many were judged, and
+/// the first whose child ended before the fault did, as `(when the fault
+/// began, when the child ended)`.
+pub fn lost_terms(history: &History, end_of_run: u128) -> (usize, Option<(u128, u128)>) {
+    let spans = ends(history, end_of_run);
+    let mut judged = 0;
+    for (i, f) in history.faults.iter().enumerate() {
+        if !f.keeps_leader {
+            continue;
+        }
+        let quiet_from = f
+            .start
+            .saturating_sub(f.tolerated.unwrap_or_default().as_nanos());
+        let alone = history
+            .faults
+            .iter()
+            .enumerate()
+            .all(|(j, g)| j == i || g.end < quiet_from || g.start > f.end);
+        // No leader at its start: C6 judges how soon there is one.
+        let Some((_, ended, _)) = spans.iter().find(|(s, e, _)| *s < f.start && *e > f.start)
+        else {
+            continue;
+        };
+        if !alone {
+            continue;
+        }
+        judged += 1;
+        if *ended < f.end {
+            return (judged, Some((f.start, *ended)));
+        }
+    }
+    (judged, None)
+}
+
+/// C7: the leader at the start of each fault that must keep it still leads,
+/// in the same term, at its end.
+pub fn c7(history: &History, end_of_run: u128) -> Verdict {
+    let (judged, lost) = lost_terms(history, end_of_run);
+    Verdict {
+        name: "C7 the same leader through faults that keep it",
+        ok: lost.is_none(),
+        figure: match lost {
+            None => format!("{judged} fault(s) judged alone, each with the same term throughout"),
+            Some((start, ended)) => format!(
+                "the leader's term ended {:.0} ms into a fault the store rides out",
+                ms(ended - start)
+            ),
+        },
+    }
+}
+
 /// Every checker over `history`.
 pub fn judge(history: &History, end_of_run: u128, healed: u128, bound: Duration) -> Report {
     let (v1, overlap_ms) = c1(history, end_of_run);
@@ -398,6 +454,7 @@ pub fn judge(history: &History, end_of_run: u128, healed: u128, bound: Duration)
             c4(history, healed, bound),
             c5(history),
             c6(history),
+            c7(history, end_of_run),
         ],
     }
 }

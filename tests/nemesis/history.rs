@@ -31,6 +31,10 @@ pub struct Injected {
     pub start: u128,
     pub end: u128,
     pub tolerated: Option<Duration>,
+    /// The store rides it out without its own failover (one Redlock master,
+    /// a sentinel, an etcd or ZooKeeper follower frozen): the leader at its
+    /// start must still lead, in the same term, at its end (C7).
+    pub keeps_leader: bool,
 }
 
 /// A probe child's life, from its own log: start (with its token) and stop.

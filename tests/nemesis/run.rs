@@ -167,6 +167,7 @@ fn running_child(log: &Path) -> Option<i32> {
 fn begin(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet) -> Option<Injected> {
     let now = mono_ns();
     let mut tolerated = None;
+    let mut keeps_leader = false;
     let applied = match p.kind {
         Kind::Cut => scene.cut(),
         Kind::FreezeOne => match scene.freeze_one(key) {
@@ -176,6 +177,11 @@ fn begin(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet) -> Op
             }
             None => false,
         },
+        Kind::FreezeFollower => {
+            keeps_leader = scene.freeze_tolerated(key);
+            tolerated = Some(TTL + RETRY + Duration::from_secs(1));
+            keeps_leader
+        }
         Kind::Crash => scene.crash(),
         Kind::Delete => {
             scene.delete(key);
@@ -241,6 +247,7 @@ fn begin(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet) -> Op
         start: now,
         end: now,
         tolerated,
+        keeps_leader,
     })
 }
 
@@ -252,6 +259,7 @@ fn end(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet, target:
         Kind::Sick => fleet.workers[target].set(Mode::Healthy),
         Kind::Cut => scene.heal(),
         Kind::FreezeOne => scene.thaw_one(),
+        Kind::FreezeFollower => scene.thaw_tolerated(),
         Kind::Crash => scene.recover(),
         Kind::LeaderdStop => {
             if let Some(n) = &fleet.nodes[target] {

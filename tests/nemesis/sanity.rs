@@ -5,8 +5,9 @@
 //!   three measures must see it;
 //! - C2: a token counter set back: the lock file rewritten with a token far
 //!   in the future, then with none, under fresh candidates;
-//! - C4 and C6: one Redis frozen for 14 s, recorded as a fault the store
-//!   tolerates and as healed 3 s into it;
+//! - C4, C6 and C7: one Redis frozen for 14 s, recorded as a fault the
+//!   store tolerates, as one that keeps the leader, and as healed 3 s into
+//!   it;
 //! - C5: a probe child started outside leaderd and left running.
 //!
 //! Exit 1 when every checker failed as it must (the run "fails", on
@@ -135,9 +136,9 @@ fn counter_set_back() -> Verdict {
     checkers::c2(&history).0
 }
 
-/// C4 and C6: a single Redis frozen for 14 s, recorded as tolerated and as
-/// healed at once.
-fn frozen_without_failover() -> (Verdict, Verdict) {
+/// C4, C6 and C7: a single Redis frozen for 14 s, recorded as tolerated,
+/// as keeping the leader, and as healed at once.
+fn frozen_without_failover() -> (Verdict, Verdict, Verdict) {
     let redis = Redis::start();
     let dir = Scratch::new(&format!("sanity-frozen-{}", support::os::below(1 << 30)));
     let args: Vec<String> = [
@@ -172,7 +173,11 @@ fn frozen_without_failover() -> (Verdict, Verdict) {
             start,
             end,
             tolerated: Some(TTL + Duration::from_millis(1300)),
+            // Recorded as a fault that keeps the leader, which a single
+            // Redis frozen is not: its leader's term ends (C7).
+            keeps_leader: true,
         }],
+        lives: history::lives(&fleet.logs),
         ..History::default()
     };
     // Said healed 3 s into the freeze, while it lasted 14 s: no leader can be
@@ -181,6 +186,7 @@ fn frozen_without_failover() -> (Verdict, Verdict) {
     (
         checkers::c4(&history, said_healed, heal_bound()),
         checkers::c6(&history),
+        checkers::c7(&history, mono_ns()),
     )
 }
 
@@ -222,10 +228,10 @@ pub fn run() -> i32 {
     }
     let (c1, c3) = two_stores();
     let c2 = counter_set_back();
-    let (c4, c6) = frozen_without_failover();
+    let (c4, c6, c7) = frozen_without_failover();
     let c5 = child_left_behind();
     let mut all_failed = true;
-    for v in [&c1, &c2, &c3, &c4, &c5, &c6] {
+    for v in [&c1, &c2, &c3, &c4, &c5, &c6, &c7] {
         all_failed &= say(v);
     }
     if all_failed {

@@ -13,7 +13,7 @@
 //! reset) overlap everything, at random. Half the
 //! faults a store tolerates (one node frozen) come alone, with a quiet
 //! stretch before them: only then can C6 say whether the store kept
-//! electing through them.
+//! electing through them, and C7 whether the leader kept its term.
 
 use std::time::Duration;
 
@@ -48,8 +48,13 @@ impl Rng {
 pub enum Kind {
     /// The whole store unreachable (every node frozen, or the proxy cut).
     Cut,
-    /// One node of a store that survives losing one (tolerated).
+    /// One node of a store that survives losing one (tolerated), the one
+    /// that matters most (which may need the store's own failover).
     FreezeOne,
+    /// One node whose loss the store rides out without a failover of the
+    /// lease's own server (a Redlock master, a sentinel, a follower): the
+    /// leader keeps its term.
+    FreezeFollower,
     /// kill -9 of every server, started again with what it persists.
     Crash,
     /// The lease deleted or revoked from outside.
@@ -90,6 +95,7 @@ impl Kind {
         match self {
             Kind::Cut => "cut",
             Kind::FreezeOne => "freeze-one",
+            Kind::FreezeFollower => "freeze-follower",
             Kind::Crash => "crash",
             Kind::Delete => "delete",
             Kind::LoseData => "lose-data",
@@ -111,7 +117,7 @@ impl Kind {
     pub fn lasting_store(self) -> bool {
         matches!(
             self,
-            Kind::Cut | Kind::FreezeOne | Kind::Crash | Kind::Overwrite
+            Kind::Cut | Kind::FreezeOne | Kind::FreezeFollower | Kind::Crash | Kind::Overwrite
         )
     }
 
@@ -137,9 +143,10 @@ pub const QUIET: Duration = Duration::from_millis(7000);
 
 /// How the catalogue is weighted; store faults count double, since they are
 /// where the backends differ.
-const WEIGHTS: [(Kind, u64); 16] = [
+const WEIGHTS: [(Kind, u64); 17] = [
     (Kind::Cut, 3),
     (Kind::FreezeOne, 3),
+    (Kind::FreezeFollower, 3),
     (Kind::Crash, 2),
     (Kind::Delete, 4),
     (Kind::LoseData, 1),
@@ -191,12 +198,12 @@ pub fn plan(
             Kind::Overwrite | Kind::Slow | Kind::Sick => rng.millis(ttl_ms / 4, ttl_ms * 2),
             // Past the TTL, and past C6's bound (the TTL, the retry interval
             // and the store's failover): the store must keep electing.
-            Kind::FreezeOne => rng.millis(ttl_ms * 3, ttl_ms * 5),
+            Kind::FreezeOne | Kind::FreezeFollower => rng.millis(ttl_ms * 3, ttl_ms * 5),
             Kind::LeaderdStop => rng.millis(ttl_ms / 4, ttl_ms * 2),
             Kind::LeaderdKill | Kind::LeaderdTerm | Kind::Herd => rng.millis(100, ttl_ms),
             _ => Duration::ZERO,
         };
-        let alone = kind == Kind::FreezeOne && rng.below(2) == 0;
+        let alone = matches!(kind, Kind::FreezeOne | Kind::FreezeFollower) && rng.below(2) == 0;
         if alone {
             let last_end = plan.iter().map(|p: &Planned| p.at + p.lasts).max();
             at = at.max(last_end.map_or(Duration::ZERO, |e| e + QUIET));
