@@ -119,6 +119,9 @@ struct Bench {
     redis: Redis,
     /// Redlock: the other masters (the lease is read on `redis`, the first).
     more: Vec<Redis>,
+    /// Redlock: masters the candidates are given but the bench never reads
+    /// (frozen: a read would hang).
+    silent: Vec<Redis>,
     exe: String,
     dir: PathBuf,
     next_id: usize,
@@ -138,6 +141,7 @@ impl Bench {
         let id = format!("c{}", self.next_id);
         let urls: Vec<String> = std::iter::once(&self.redis)
             .chain(&self.more)
+            .chain(&self.silent)
             .map(Redis::url)
             .collect();
         let pg_url = self.pg.as_ref().map(|(pg, query)| pg.url(query));
@@ -195,7 +199,7 @@ impl Bench {
                 json["id"].as_str().map(str::to_string)
             })
             .collect();
-        let quorum = masters.len() / 2 + 1;
+        let quorum = (masters.len() + self.silent.len()) / 2 + 1;
         ids.iter()
             .find(|id| ids.iter().filter(|other| other == id).count() >= quorum)
             .cloned()
@@ -204,7 +208,12 @@ impl Bench {
     /// Graceful handovers among `k` candidates: SIGTERM to the leader → the
     /// next leader's child runs. Returns the latencies (ms) and max overlap.
     fn handovers(&mut self, k: usize, rounds: usize) -> (Stats, i32) {
-        let key = format!("graceful-{k}");
+        self.handovers_on(&format!("graceful-{k}"), k, rounds)
+    }
+
+    /// [`Bench::handovers`] on election `key`.
+    fn handovers_on(&mut self, key: &str, k: usize, rounds: usize) -> (Stats, i32) {
+        let key = key.to_string();
         let file = self.dir.join(format!("{key}.probe"));
         let mut nodes: Vec<Leaderd> = (0..k)
             .map(|_| self.candidate(&key, "10s", Some(&file)))
@@ -640,6 +649,16 @@ fn main() {
         .unwrap()
         .to_string();
     let dir = support::temp_dir("bench");
+    // `BENCH_ONLY=redlock`: Redlock's handover and takeover rows alone.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("redlock") {
+        let mut overlaps = 0;
+        println!("| measurement | median | max | n |");
+        println!("|---|---|---|---|");
+        redlock_rows(&exe, &dir, &mut overlaps);
+        println!("most probe children alive at once: {overlaps}");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     // `BENCH_ONLY=rollout`: the rolling-update table alone.
     if std::env::var("BENCH_ONLY").as_deref() == Ok("rollout") {
         let redis = Redis::start();
@@ -651,6 +670,7 @@ fn main() {
     let mut bench = Bench {
         redis: Redis::start(),
         more: Vec::new(),
+        silent: Vec::new(),
         exe: exe.clone(),
         dir: dir.clone(),
         next_id: 0,
@@ -668,12 +688,6 @@ fn main() {
     println!();
     println!("| measurement | median | max | n |");
     println!("|---|---|---|---|");
-    let row = |name: &str, s: &Stats| {
-        println!(
-            "| {name} | {:.2} ms | {:.2} ms | {} |",
-            s.median, s.max, s.n
-        )
-    };
     row("child start-up alone (spawn → child running)", &startup);
     row("child stop alone (SIGTERM → reaped)", &stop);
     let mut overlaps = 0;
@@ -695,6 +709,7 @@ fn main() {
         let mut tls = Bench {
             redis: support::tls::redis(&pki, &server, false),
             more: Vec::new(),
+            silent: Vec::new(),
             exe: exe.clone(),
             dir: tls_dir,
             next_id: 1000,
@@ -716,34 +731,7 @@ fn main() {
         &crash,
     );
     // Redlock: the same over N independent masters.
-    let mut redlocks = Vec::new();
-    for n in [3, 5] {
-        let redlock_dir = dir.join(format!("redlock-{n}"));
-        std::fs::create_dir_all(&redlock_dir).expect("bench dir");
-        let mut redlock = Bench {
-            redis: Redis::start(),
-            more: (1..n).map(|_| Redis::start()).collect(),
-            exe: exe.clone(),
-            dir: redlock_dir,
-            next_id: 2000 + n * 100,
-            extra: Vec::new(),
-            pg: None,
-            etcd: None,
-            zk: None,
-        };
-        let (s, overlap) = redlock.handovers(3, 15);
-        overlaps = overlaps.max(overlap);
-        row(
-            &format!("Redlock, N = {n}: graceful handover, K = 3 (SIGTERM → next child running)"),
-            &s,
-        );
-        let crash = redlock.crash_takeovers(5);
-        row(
-            &format!("Redlock, N = {n}: crash takeover after lease expiry, K = 3, ttl 3s"),
-            &crash,
-        );
-        redlocks.push((n, redlock));
-    }
+    let redlocks = redlock_rows(&exe, &dir, &mut overlaps);
     // PostgreSQL, in table and in advisory mode, on its own server.
     let mut pgs = Vec::new();
     for (mode, query) in [("table", ""), ("advisory", "mode=advisory")] {
@@ -756,6 +744,7 @@ fn main() {
         let mut on_pg = Bench {
             redis: Redis::start(),
             more: Vec::new(),
+            silent: Vec::new(),
             exe: exe.clone(),
             dir: pg_dir,
             next_id: 3000 + pgs.len() * 100,
@@ -785,6 +774,7 @@ fn main() {
     let mut on_etcd = Bench {
         redis: Redis::start(),
         more: Vec::new(),
+        silent: Vec::new(),
         exe: exe.clone(),
         dir: etcd_dir,
         next_id: 4000,
@@ -824,6 +814,7 @@ fn main() {
     let mut on_zk = Bench {
         redis: Redis::start(),
         more: Vec::new(),
+        silent: Vec::new(),
         exe: exe.clone(),
         dir: zk_dir,
         next_id: 5000,
@@ -962,4 +953,63 @@ fn redis_version() -> String {
         .find_map(|w| w.strip_prefix("v="))
         .unwrap_or("?")
         .to_string()
+}
+
+/// Redlock's rows over N = 3 and 5 independent masters (N = 3 also with
+/// one master frozen); the benches, for the idle table.
+fn redlock_rows(exe: &str, dir: &Path, overlaps: &mut i32) -> Vec<(usize, Bench)> {
+    let mut redlocks = Vec::new();
+    for n in [3, 5] {
+        let redlock_dir = dir.join(format!("redlock-{n}"));
+        std::fs::create_dir_all(&redlock_dir).expect("bench dir");
+        let mut redlock = Bench {
+            redis: Redis::start(),
+            more: (1..n).map(|_| Redis::start()).collect(),
+            silent: Vec::new(),
+            exe: exe.to_string(),
+            dir: redlock_dir,
+            next_id: 2000 + n * 100,
+            extra: Vec::new(),
+            pg: None,
+            etcd: None,
+            zk: None,
+        };
+        let (s, overlap) = redlock.handovers(3, 15);
+        *overlaps = (*overlaps).max(overlap);
+        row(
+            &format!("Redlock, N = {n}: graceful handover, K = 3 (SIGTERM → next child running)"),
+            &s,
+        );
+        let crash = redlock.crash_takeovers(5);
+        row(
+            &format!("Redlock, N = {n}: crash takeover after lease expiry, K = 3, ttl 3s"),
+            &crash,
+        );
+        if n == 3 {
+            // One master frozen (SIGSTOP) throughout: the other two are a
+            // quorum, and a handover must not wait for the third (#36).
+            let frozen = redlock.more.pop().expect("three masters");
+            frozen.pause();
+            redlock.silent.push(frozen);
+            let (s, overlap) = redlock.handovers_on("graceful-frozen", 3, 15);
+            *overlaps = (*overlaps).max(overlap);
+            row(
+                "Redlock, N = 3, one master frozen: graceful handover, K = 3",
+                &s,
+            );
+            let frozen = redlock.silent.pop().expect("frozen above");
+            frozen.resume();
+            redlock.more.push(frozen);
+        }
+        redlocks.push((n, redlock));
+    }
+    redlocks
+}
+
+/// One line of the table.
+fn row(name: &str, s: &Stats) {
+    println!(
+        "| {name} | {:.2} ms | {:.2} ms | {} |",
+        s.median, s.max, s.n
+    )
 }

@@ -41,8 +41,8 @@ pub trait Scene {
     fn thaw_one(&mut self) {}
     /// Freezes (SIGSTOP) one node whose loss the store rides out without
     /// moving the lease's own server: a Redlock master, a sentinel, an etcd
-    /// or ZooKeeper follower, a Cluster master that does not own the key's
-    /// slot. `false` for a store of one node.
+    /// or ZooKeeper follower, a Cluster replica of a primary that does not
+    /// own the key's slot. `false` for a store of one node.
     fn freeze_tolerated(&mut self, _key: &str) -> bool {
         false
     }
@@ -377,17 +377,16 @@ impl Scene for ClusterScene {
             }
         }
     }
-    /// A node that neither owns the key's slot nor replicates it: the
-    /// cluster fails it over without the lease's slot moving.
+    /// A replica of another primary: the slot's owner and its replica
+    /// untouched, and every slot still served. (A frozen primary, any of
+    /// them, takes the whole cluster down until its replica is promoted:
+    /// `cluster-require-full-coverage`, Redis's default.)
     fn freeze_tolerated(&mut self, key: &str) -> bool {
         let owner = self.owner(key).port;
         let replica = self.rig.replica_of(owner).port;
-        let Some(other) = self
-            .rig
-            .nodes
-            .iter()
-            .find(|n| n.port != owner && n.port != replica)
-        else {
+        let Some(other) = self.rig.nodes.iter().find(|n| {
+            n.port != owner && n.port != replica && n.info("replication").contains("role:slave")
+        }) else {
             return false;
         };
         other.pause();
