@@ -108,12 +108,21 @@ impl Client {
     ) -> Result<Value, Error> {
         let n = self.config.endpoints.len();
         let mut last = None;
-        for _ in 0..n {
-            if Instant::now() >= deadline {
+        for tried in 0..n {
+            let now = Instant::now();
+            if now >= deadline {
                 break;
             }
+            // A member that is frozen or far away (silent, not refusing)
+            // gets half of what is left while another could still answer:
+            // one silent member of three must not cost a whole operation.
+            let until = if tried + 1 < n {
+                now + (deadline - now) / 2
+            } else {
+                deadline
+            };
             let endpoint = self.config.endpoints[self.current].clone();
-            match self.attempt(&endpoint, path, body, deadline).await {
+            match self.attempt(&endpoint, path, body, until).await {
                 Ok(v) => return Ok(v),
                 // The member answered: its answer stands.
                 Err(Failure::Answered(e)) => return Err(e),
