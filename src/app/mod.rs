@@ -67,7 +67,7 @@ async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Fa
     let health = config
         .health
         .as_ref()
-        .map(|h| Prober::new(&h.probe, h.timeout))
+        .map(|h| Prober::new(&h.probe, h.timeout, &config.child.scrub))
         .transpose()
         .map_err(ConfigError)?;
     let webhooks = webhooks(config, metrics)?;
@@ -254,6 +254,7 @@ fn child_spec(config: &Config) -> Result<Option<ChildSpec>, Failure> {
         stop_signal: config.child.stop_signal,
         on_exit: config.child.on_exit,
         restart_limit: config.child.restart_limit,
+        scrub: config.child.scrub.clone(),
     }))
 }
 

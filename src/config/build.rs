@@ -213,7 +213,9 @@ fn build(
     let shown = http.value.map_or("off".to_string(), |a| a.to_string());
     note("http.listen", format!("{shown:?}"), &http.origin);
 
-    let child = child(r, s, &mut note)?;
+    let mut child = child(r, s, &mut note)?;
+    let all = all_options(backends);
+    child.scrub = options::secret_envs(&all);
     let webhook = webhook(r, &mut note)?;
     let health = super::health::resolve(r, !child.command.is_empty(), &mut note)?;
     let admin = admin(r, &mut note)?;
@@ -226,6 +228,12 @@ fn build(
     let level = or_default(level, "info".to_string(), "");
     note("log.level", format!("{:?}", level.value), &level.origin);
 
+    // Whatever a backend or feature noted for a secret row, shown redacted.
+    for (name, value, _) in &mut effective {
+        if all.iter().any(|s| s.secret && s.key == Some(*name)) {
+            *value = options::redact_secret(value);
+        }
+    }
     Ok(Config {
         key: key.value,
         id: id.value,

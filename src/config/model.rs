@@ -21,6 +21,9 @@ pub struct ChildConfig {
     /// Run-once mode: campaign for at most this long, run the command
     /// once, release and exit.
     pub wait: Option<Duration>,
+    /// Environment variables the child does not inherit: those of every
+    /// secret option row (`Spec::secret`), the store's credentials.
+    pub scrub: Vec<&'static str>,
 }
 
 #[derive(Debug, Clone)]

@@ -35,6 +35,12 @@ pub struct Spec {
     /// A switch: `--flag` alone means `true` (`--flag=false` is allowed),
     /// and the TOML key takes a boolean.
     pub switch: bool,
+    /// The value is a credential or may carry one (a password, a URL with
+    /// a password in it): its environment variable is taken out of the
+    /// child's environment, and `check` never prints it. Files named by
+    /// `*-file` options are not secret rows: their path is no secret, and
+    /// who may read them is the operator's business.
+    pub secret: bool,
 }
 
 /// A row with a flag, an environment variable and a TOML key (an empty
@@ -59,6 +65,7 @@ pub const fn spec(
         commas: Commas::Separate,
         choices: &[],
         switch: false,
+        secret: false,
     }
 }
 
@@ -90,6 +97,10 @@ impl Spec {
     }
     pub const fn switch(mut self) -> Self {
         self.switch = true;
+        self
+    }
+    pub const fn secret(mut self) -> Self {
+        self.secret = true;
         self
     }
     pub const fn list(mut self) -> Self {
@@ -133,6 +144,37 @@ impl Spec {
         }
         line
     }
+}
+
+/// The environment variables of every secret row among `all`: what the
+/// child's environment loses, whichever backend or feature declared them.
+pub fn secret_envs(all: &[&'static Spec]) -> Vec<&'static str> {
+    all.iter()
+        .filter(|s| s.secret)
+        .filter_map(|s| s.env)
+        .collect()
+}
+
+/// A value of a secret row as `check` may show it: every URL in it with
+/// its password masked, anything else masked whole. The backends already
+/// show their URLs redacted; this is the row's own guarantee on top.
+pub fn redact_secret(shown: &str) -> String {
+    if !shown.contains("://") {
+        return "\"***\"".to_string();
+    }
+    let mut out = String::new();
+    let mut token = String::new();
+    for c in shown.chars() {
+        if matches!(c, '"' | ',' | '[' | ']' | ' ') {
+            out.push_str(&super::values::redact_url(&token));
+            token.clear();
+            out.push(c);
+        } else {
+            token.push(c);
+        }
+    }
+    out.push_str(&super::values::redact_url(&token));
+    out
 }
 
 pub const ELECTION: &str = "Election";
@@ -295,6 +337,7 @@ pub const WEBHOOK_SECRET: Spec = spec("webhook_secret", "", "LEADERD_WEBHOOK_SEC
     .no_key()
     .value("SECRET")
     .under(WORK)
+    .secret()
     .help("The webhook signing secret itself (base64 or whsec_…; only from the environment)");
 pub const ADMIN_SOCKET: Spec = spec(
     "admin_socket",

@@ -107,6 +107,7 @@ pub(super) fn child(
         },
         restart_limit: restart_limit.value,
         wait: wait.map(|w| w.value),
+        scrub: Vec::new(),
     })
 }
 

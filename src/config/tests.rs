@@ -381,6 +381,45 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
     );
 }
 
+/// The manual's table of secret variables is the secret rows', exactly.
+#[test]
+fn the_documented_secret_variables_are_the_secret_rows() {
+    let manual = include_str!("../../docs/configuration.md");
+    let documented: Vec<&str> = manual
+        .lines()
+        .skip_while(|l| !l.starts_with("| secret variable |"))
+        .skip(2)
+        .take_while(|l| l.starts_with("| `"))
+        .filter_map(|l| l.split('`').nth(1))
+        .collect();
+    let mut declared = options::secret_envs(&all_options(&crate::lease::declared()));
+    let mut documented = documented;
+    declared.sort();
+    documented.sort();
+    assert_eq!(
+        documented, declared,
+        "docs/configuration.md's secret variables"
+    );
+}
+
+/// A secret row's value is shown with every URL's password masked, or
+/// masked whole.
+#[test]
+fn a_secret_row_is_shown_redacted() {
+    for (shown, redacted) in [
+        ("\"hunter2\"", "\"***\""),
+        ("\"postgres://u:pw@db/x\"", "\"postgres://u:***@db/x\""),
+        (
+            "[\"redis://:a@h1:1\", \"redis://b:c@h2:2/0\"]",
+            "[\"redis://:***@h1:1\", \"redis://b:***@h2:2/0\"]",
+        ),
+        ("\"redis://h:1\"", "\"redis://h:1\""),
+        ("\"redis://u:***@h:1\"", "\"redis://u:***@h:1\""),
+    ] {
+        assert_eq!(options::redact_secret(shown), redacted, "{shown}");
+    }
+}
+
 /// The manual's option table (docs/configuration.md) has a row naming each
 /// option's flag, environment variable and TOML key together, and no row
 /// for an option that is gone.

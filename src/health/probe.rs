@@ -33,13 +33,17 @@ pub enum Prober {
         program: PathBuf,
         args: Vec<String>,
         shown: String,
+        /// Environment variables it does not inherit (as the child).
+        scrub: Vec<&'static str>,
     },
 }
 
 impl Prober {
     /// Builds the probe; a command's program is looked up now, so a typo is
     /// an error at start-up (exit 2), not a worker that is never healthy.
-    pub fn new(probe: &Probe, timeout: Duration) -> Result<Prober, String> {
+    /// A command does not inherit the variables in `scrub` (the store's
+    /// credentials), as the child does not.
+    pub fn new(probe: &Probe, timeout: Duration, scrub: &[&'static str]) -> Result<Prober, String> {
         match probe {
             Probe::Http(url) => {
                 let _ = rustls::crypto::ring::default_provider().install_default();
@@ -64,6 +68,7 @@ impl Prober {
                     program,
                     args: args.to_vec(),
                     shown: shell_words::join(words),
+                    scrub: scrub.to_vec(),
                 })
             }
         }
@@ -83,7 +88,12 @@ impl Prober {
         let started = Instant::now();
         let mut finding = match self {
             Prober::Http { client, url } => http(client, url, timeout).await,
-            Prober::Command { program, args, .. } => command(program, args, timeout).await,
+            Prober::Command {
+                program,
+                args,
+                scrub,
+                ..
+            } => command(program, args, scrub, timeout).await,
         };
         let took = started.elapsed().as_millis();
         finding.reason = format!("{} ({}, {took} ms)", finding.reason, self.describe());
@@ -111,8 +121,16 @@ async fn http(client: &reqwest::Client, url: &reqwest::Url, timeout: Duration) -
     }
 }
 
-async fn command(program: &PathBuf, args: &[String], timeout: Duration) -> Finding {
+async fn command(
+    program: &PathBuf,
+    args: &[String],
+    scrub: &[&'static str],
+    timeout: Duration,
+) -> Finding {
     let mut cmd = tokio::process::Command::new(program);
+    for name in scrub {
+        cmd.env_remove(name);
+    }
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

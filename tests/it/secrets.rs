@@ -151,3 +151,83 @@ fn the_lease_value_holds_no_ownership_token_and_its_hash_cannot_renew_or_release
     assert!(redis.get(&lease).is_some(), "still held");
     assert!(node.is_leader());
 }
+
+/// Issue #37: the environment variable of every secret option row, whichever
+/// backend or feature declared it, is kept from the child and from the health
+/// command. The rows come from the declarations (`Spec::secret`), so a secret
+/// row added tomorrow is covered here without editing this test. A row that
+/// chooses a backend (a URL) is given that way, against its real server; any
+/// other is set beside the lock file, which ignores it with a warning.
+#[test]
+fn no_secret_row_reaches_the_child_or_the_health_command() {
+    let declared = leaderd::lease::declared();
+    let all = leaderd::config::all_options(&declared);
+    let secret: Vec<&leaderd::config::options::Spec> =
+        all.iter().copied().filter(|s| s.secret).collect();
+    let names: Vec<&str> = secret.iter().filter_map(|s| s.env).collect();
+    for known in [
+        "LEADERD_REDIS_URL",
+        "LEADERD_REDIS_SENTINEL_PASSWORD",
+        "LEADERD_POSTGRES_URL",
+        "LEADERD_ETCD_PASSWORD",
+        "LEADERD_ZOOKEEPER_PASSWORD",
+        "LEADERD_WEBHOOK_SECRET",
+    ] {
+        assert!(
+            names.contains(&known),
+            "{known} is not a secret row: {names:?}"
+        );
+    }
+    let redis = Redis::start();
+    let pg = support::postgres::Postgres::start();
+    let dir = support::Scratch::new(&format!("secret-rows-{}", support::os::below(1 << 30)));
+    for spec in secret {
+        let Some(var) = spec.env else { continue };
+        let chooses = declared
+            .iter()
+            .find(|d| d.selectors.iter().any(|s| s.id == spec.id));
+        let (backend, value): (Vec<String>, String) = match chooses.map(|d| d.name) {
+            None => (
+                vec![
+                    "--lock-file".into(),
+                    support::path_str(&dir.join("k.lock")).into(),
+                ],
+                format!("s3cret-of-{var}"),
+            ),
+            Some("Redis") => (Vec::new(), redis.url()),
+            Some("PostgreSQL") => (Vec::new(), pg.url("")),
+            Some(other) => panic!("{var} chooses {other}: give the test a server for it"),
+        };
+        let child_env = dir.join(format!("{var}.child"));
+        let health_env = dir.join(format!("{var}.health"));
+        let health = format!("sh -c 'env > {}'", support::path_str(&health_env));
+        let child = format!("env > {}", support::path_str(&child_env));
+        let mut args: Vec<&str> = vec!["run", "--key", "secret-rows", "--http", "127.0.0.1:0"];
+        args.extend(backend.iter().map(String::as_str));
+        args.extend([
+            "--wait",
+            "20s",
+            "--health-command",
+            &health,
+            "--",
+            "sh",
+            "-c",
+            &child,
+        ]);
+        let (code, stderr) = run_with_env(&args, &[(var, &value)]);
+        assert_eq!(code, 0, "{var}: leaderd run exited {code}: {stderr}");
+        for (what, file) in [("child", &child_env), ("health command", &health_env)] {
+            let seen = std::fs::read_to_string(file).unwrap_or_else(|e| {
+                panic!("{var}: the {what} wrote no environment: {e}\n{stderr}")
+            });
+            assert!(
+                !seen.lines().any(|l| l.starts_with(&format!("{var}="))),
+                "the {what} was handed {var}"
+            );
+            assert!(
+                seen.contains("LEADERD_FENCING_TOKEN=") || what != "child",
+                "the child's own variables are there"
+            );
+        }
+    }
+}

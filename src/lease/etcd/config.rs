@@ -94,6 +94,7 @@ pub const ETCD_PASSWORD: Spec = spec("etcd_password", "", "LEADERD_ETCD_PASSWORD
     .no_key()
     .value("PASSWORD")
     .under(BACKEND)
+    .secret()
     .help("The etcd user's password itself (instead of the file)");
 
 pub const ETCD_TLS_CA: Spec = spec(

@@ -244,6 +244,7 @@ pub const POSTGRES: Spec = spec(
 )
 .value("URL")
 .under(BACKEND)
+.secret()
 .help("PostgreSQL URL, postgres://user:pass@host[,host2][:port]/db?sslmode=…&target_session_attrs=read-write (?mode=advisory for session advisory locks; or in a file: LEADERD_POSTGRES_URL_FILE, postgres.url_file)");
 
 pub const POSTGRES_URL_FILE: Spec = spec(

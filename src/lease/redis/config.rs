@@ -13,6 +13,7 @@ use std::time::Duration;
 pub const REDIS: Spec = spec("redis", "--redis", "LEADERD_REDIS_URL", "redis.urls")
     .value("URL")
     .under(BACKEND)
+    .secret()
     .help("Redis URL, redis://[user:pass@]host:port/db or rediss:// for TLS; three or more independent masters for Redlock (or in a file: LEADERD_REDIS_URL_FILE, redis.url_file)")
     .list()
     .commas(Commas::BeforeScheme);
@@ -45,6 +46,7 @@ pub const REDIS_SENTINEL_PASSWORD: Spec = spec(
 .no_key()
 .value("PASSWORD")
 .under(BACKEND)
+.secret()
 .help("The sentinels' password itself (instead of the file)");
 pub const REDIS_TLS_CA: Spec = spec(
     "redis_tls_ca",

@@ -187,6 +187,7 @@ pub const ZOOKEEPER_PASSWORD: Spec =
         .no_key()
         .value("PASSWORD")
         .under(BACKEND)
+        .secret()
         .help("The digest user's password itself (instead of the file)");
 
 pub const ZOOKEEPER_TIMEOUT: Spec = spec(

@@ -49,6 +49,9 @@ pub struct ChildSpec {
     /// Under `restart`: at most this many restarts within the window, then
     /// [`WorkEvent::CrashLoop`].
     pub restart_limit: Option<(u32, Duration)>,
+    /// Environment variables taken out of the child's environment (the
+    /// store's credentials: every secret option row's).
+    pub scrub: Vec<&'static str>,
 }
 
 #[derive(Debug)]
@@ -305,7 +308,7 @@ impl Supervisor {
             program: &self.spec.program,
             args: &self.spec.args,
             env_set: &env_set,
-            env_remove: &["LEADERD_REDIS_URL", "LEADERD_WEBHOOK_SECRET"],
+            env_remove: &self.spec.scrub,
         };
         // A standby guard that died meanwhile (its group is gone) is replaced.
         let deadline = self.state.deadline();
