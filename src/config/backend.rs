@@ -17,6 +17,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A store's request timeout unless the renew interval is shorter.
+const STORE_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// A backend as the configuration sees it.
 pub struct Declared {
     /// How messages name it: "Redis", "PostgreSQL", "etcd", "a lock file".
@@ -103,6 +106,26 @@ impl Resolving<'_> {
             format!("{:?}", show(value.value)),
             &value.origin,
         );
+        Ok(value)
+    }
+
+    /// A store's request timeout (`spec`): 500 ms by default, but at most
+    /// half the renew interval, so a short TTL alone needs no timeout of its
+    /// own; a given one is refused unless shorter than the renew interval.
+    pub fn store_timeout(&mut self, spec: &'static Spec) -> Result<Value<Duration>, ConfigError> {
+        let value = self.r.scalar(spec, positive(values::parse_duration))?;
+        let half = Duration::from_millis((self.renew_interval.value / 2).as_millis() as u64);
+        let value = or_default(
+            value,
+            STORE_TIMEOUT.min(half),
+            "500ms, at most half the renew interval",
+        );
+        self.note(
+            spec.key.expect("declared"),
+            format!("{:?}", show(value.value)),
+            &value.origin,
+        );
+        self.shorter_than_renewal(spec, &value)?;
         Ok(value)
     }
 

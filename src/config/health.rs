@@ -170,7 +170,13 @@ pub fn resolve(
             ))
         };
     let interval = duration(&INTERVAL, Duration::from_secs(2))?;
-    let timeout = duration(&TIMEOUT, Duration::from_secs(1))?;
+    // The default follows a short interval: `--health-interval 500ms` alone
+    // must not be refused for a timeout nobody gave.
+    let timeout = or_default(
+        r.scalar(&TIMEOUT, positive(parse_duration))?,
+        Duration::from_secs(1).min(interval.value),
+        "1s, at most the interval",
+    );
     let start_period = or_default(r.scalar(&START_PERIOD, parse_duration)?, Duration::ZERO, "");
     let failures = or_default(r.scalar(&FAILURES, parse_count)?, 3, "");
     let successes = or_default(r.scalar(&SUCCESSES, parse_count)?, 1, "");

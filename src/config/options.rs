@@ -455,7 +455,7 @@ pub mod health {
     .value("DUR")
     .under(HEALTH)
     .help("A check not answered within this fails (a command is killed, with its process group)")
-    .default("1s");
+    .default("1s, at most the interval");
     pub const FAILURES: Spec = spec(
         "health_failures",
         "--health-failures",

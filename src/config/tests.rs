@@ -548,3 +548,49 @@ fn priority_and_handover_delay_from_flag_env_and_file() {
         "{err}"
     );
 }
+
+/// A default bounded by another option follows it (#37): every store's
+/// timeout and Redlock's node timeout under a TTL at its extremes, the
+/// health check's timeout under an interval at its extremes, each with
+/// nothing else given.
+#[test]
+fn a_default_bounded_by_another_option_follows_it_at_its_extremes() {
+    let stores: [&[(&'static str, &'static str)]; 5] = [
+        &[("LEADERD_REDIS_URL", "redis://h:1")],
+        &[("LEADERD_REDIS_URL", "redis://h:1,redis://h:2,redis://h:3")],
+        &[("LEADERD_ETCD_ENDPOINTS", "http://h:1")],
+        &[("LEADERD_ZOOKEEPER", "h:1")],
+        &[("LEADERD_POSTGRES_URL", "postgres://u@h/d")],
+    ];
+    for ttl in ["150ms", "1s", "10s", "1h"] {
+        for store in stores {
+            let mut case = Case::new().env("LEADERD_TTL", ttl);
+            for (k, v) in store {
+                case = case.env(k, v);
+            }
+            let c = case
+                .build()
+                .unwrap_or_else(|e| panic!("ttl {ttl}, {store:?}: {}", e.0));
+            for (name, value, _) in &c.effective {
+                if name.ends_with("timeout") && !name.starts_with("child") {
+                    let shown = value.trim_matches('"');
+                    let d = values::parse_duration(shown).expect("a duration");
+                    assert!(
+                        d < c.timing.renew_interval,
+                        "ttl {ttl}: {name} = {shown} is not below the renew interval"
+                    );
+                }
+            }
+        }
+    }
+    for interval in ["100ms", "500ms", "2s", "1h"] {
+        let c = Case::new()
+            .env("LEADERD_HEALTH_COMMAND", "true")
+            .env("LEADERD_HEALTH_INTERVAL", interval)
+            .build()
+            .unwrap_or_else(|e| panic!("health interval {interval}: {}", e.0));
+        let h = c.health.expect("a health check");
+        assert!(h.timeout <= h.interval, "{interval}: {:?}", h.timeout);
+        assert!(h.timeout <= Duration::from_secs(1));
+    }
+}

@@ -148,7 +148,7 @@ pub const ETCD_TIMEOUT: Spec = spec(
 .value("DUR")
 .under(BACKEND)
 .help("Timeout of every etcd request (connecting included)")
-.default("500ms");
+.default("500ms, at most half the renew interval");
 
 /// etcd as the configuration sees it.
 pub const DECLARED: Declared = Declared {
@@ -221,8 +221,7 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
     let prefix = x.r.scalar(&ETCD_PREFIX, parse_prefix)?;
     let prefix = or_default(prefix, "leaderd/".to_string(), "");
     x.note("etcd.prefix", format!("{:?}", prefix.value), &prefix.origin);
-    let timeout = x.duration(&ETCD_TIMEOUT, Duration::from_millis(500))?;
-    x.shorter_than_renewal(&ETCD_TIMEOUT, &timeout)?;
+    let timeout = x.store_timeout(&ETCD_TIMEOUT)?;
     Ok(Backend::new(EtcdConfig {
         endpoints,
         user,

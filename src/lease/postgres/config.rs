@@ -278,7 +278,7 @@ pub const POSTGRES_TIMEOUT: Spec = spec(
 .value("DUR")
 .under(BACKEND)
 .help("Timeout of connecting and of every statement")
-.default("500ms");
+.default("500ms, at most half the renew interval");
 
 pub const POSTGRES_MODE: Spec = spec(
     "postgres_mode",
@@ -350,8 +350,7 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
         format!("{:?}", table.value.name),
         &table.origin,
     );
-    let timeout = x.duration(&POSTGRES_TIMEOUT, Duration::from_millis(500))?;
-    x.shorter_than_renewal(&POSTGRES_TIMEOUT, &timeout)?;
+    let timeout = x.store_timeout(&POSTGRES_TIMEOUT)?;
     let mode = x.r.scalar(&POSTGRES_MODE, parse_mode)?;
     let mode = match (mode, url.value.mode) {
         (Some(given), Some(in_url)) if given.value != in_url => {

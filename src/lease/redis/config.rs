@@ -85,7 +85,7 @@ pub const REDIS_TIMEOUT: Spec = spec(
 .value("DUR")
 .under(BACKEND)
 .help("Timeout of every Redis command, TLS handshake included")
-.default("500ms");
+.default("500ms, at most half the renew interval");
 pub const REDIS_NODE_TIMEOUT: Spec = spec(
     "redis_node_timeout",
     "--redis-node-timeout",
@@ -95,7 +95,7 @@ pub const REDIS_NODE_TIMEOUT: Spec = spec(
 .value("DUR")
 .under(BACKEND)
 .help("Redlock (3+ URLs): how long each node has to answer one lease operation, small against the TTL (at most ttl/10); connecting is bounded by --redis-timeout")
-.default("ttl/100, at least 20ms");
+.default("ttl/100, at least 20ms, at most ttl/10");
 pub const REDIS_WAIT_REPLICAS: Spec = spec(
     "redis_wait_replicas",
     "--redis-wait-replicas",
@@ -210,7 +210,7 @@ fn resolve(x: &mut Resolving<'_>) -> Result<crate::config::Backend, ConfigError>
         .map(|u| format!("{:?}", u.redacted()))
         .collect();
     x.note("redis.urls", format!("[{}]", shown.join(", ")), &origin);
-    let timeout = x.duration(&REDIS_TIMEOUT, Duration::from_millis(500))?;
+    let timeout = x.store_timeout(&REDIS_TIMEOUT)?;
     let node_timeout =
         x.r.scalar(&REDIS_NODE_TIMEOUT, positive(crate::config::parse_duration))?;
     if let Some(given) = &node_timeout
@@ -244,11 +244,15 @@ fn resolve(x: &mut Resolving<'_>) -> Result<crate::config::Backend, ConfigError>
             )));
         }
         let ttl = x.ttl;
-        let default = (ttl.value / 100).max(Duration::from_millis(20));
+        // Never past its own limit: a very short TTL alone needs no node
+        // timeout of its own.
+        let default = (ttl.value / 100)
+            .max(Duration::from_millis(20))
+            .min(ttl.value / 10);
         let node_timeout = or_default(
             node_timeout,
-            whole_millis(default),
-            "ttl/100, at least 20ms",
+            whole_millis(default).max(Duration::from_millis(1)),
+            "ttl/100, at least 20ms, at most ttl/10",
         );
         if node_timeout.value > ttl.value / 10 {
             return Err(ConfigError(format!(
@@ -272,7 +276,6 @@ fn resolve(x: &mut Resolving<'_>) -> Result<crate::config::Backend, ConfigError>
             tls,
         })
     };
-    x.shorter_than_renewal(&REDIS_TIMEOUT, &timeout)?;
     Ok(settings)
 }
 

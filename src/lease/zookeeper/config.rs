@@ -199,7 +199,7 @@ pub const ZOOKEEPER_TIMEOUT: Spec = spec(
 .value("DUR")
 .under(BACKEND)
 .help("Timeout of every ZooKeeper request (opening a session: 4/5 of the TTL more)")
-.default("500ms");
+.default("500ms, at most half the renew interval");
 
 pub const ZOOKEEPER_TLS_CA: Spec = spec(
     "zookeeper_tls_ca",
@@ -293,8 +293,7 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
         }
         (None, None) => None,
     };
-    let timeout = x.duration(&ZOOKEEPER_TIMEOUT, Duration::from_millis(500))?;
-    x.shorter_than_renewal(&ZOOKEEPER_TIMEOUT, &timeout)?;
+    let timeout = x.store_timeout(&ZOOKEEPER_TIMEOUT)?;
     let files = crate::lease::pem::files(
         x,
         [&ZOOKEEPER_TLS_CA, &ZOOKEEPER_TLS_CERT, &ZOOKEEPER_TLS_KEY],
