@@ -49,6 +49,13 @@ impl Timing {
             .max(Duration::from_millis(10))
     }
 
+    /// How long every path that talks to the store (the lease, the
+    /// candidates registry, the release watcher) waits after the store
+    /// refused our credentials or permissions: see [`refused_backoff`].
+    pub fn refused_backoff(&self) -> Duration {
+        refused_backoff(self.retry_interval)
+    }
+
     /// Time left after the renew deadline to stop the work gracefully before
     /// it must be killed. Zero when the timing leaves no room.
     pub fn stop_window(&self) -> Duration {
@@ -69,6 +76,15 @@ impl Default for Timing {
             retry_interval: Duration::from_secs(2),
         }
     }
+}
+
+/// After a refusal only a person can fix (a wrong password, a missing
+/// permission): five retry intervals and at least 10 s, so the mistake is
+/// loud in the logs but never a hot loop, and one fact for every path that
+/// talks to the store (a registry or a watcher retrying on its own schedule
+/// once opened 15 to 29 connections in 12 s against a wrong password).
+pub fn refused_backoff(retry_interval: Duration) -> Duration {
+    (retry_interval * 5).max(Duration::from_secs(10))
 }
 
 #[cfg(test)]

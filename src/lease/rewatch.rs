@@ -9,6 +9,32 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// Why a watch failed, and whether the store refused our credentials or
+/// permissions: then the next try waits as long as the lease's own
+/// (`timing::refused_backoff`), not the retry interval.
+pub(crate) struct Failed {
+    pub(crate) text: String,
+    pub(crate) refused: bool,
+}
+
+impl From<String> for Failed {
+    fn from(text: String) -> Self {
+        Failed {
+            text,
+            refused: false,
+        }
+    }
+}
+
+impl From<super::contract::Error> for Failed {
+    fn from(e: super::contract::Error) -> Self {
+        Failed {
+            refused: e.needs_a_person(),
+            text: e.to_string(),
+        }
+    }
+}
+
 /// How one watch ended.
 pub(crate) enum Watch {
     /// The connection or stream ended: watch again.
@@ -24,7 +50,7 @@ pub(crate) fn spawn<S: Send + 'static>(
     server: String,
     retry: Duration,
     stop: CancellationToken,
-    once: for<'a> fn(&'a mut S) -> BoxFuture<'a, Result<Watch, String>>,
+    once: for<'a> fn(&'a mut S) -> BoxFuture<'a, Result<Watch, Failed>>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut warned = false;
@@ -33,20 +59,25 @@ pub(crate) fn spawn<S: Send + 'static>(
                 _ = stop.cancelled() => return,
                 outcome = once(&mut state) => outcome,
             };
+            let mut wait = retry;
             match outcome {
                 Ok(Watch::Stop) => return,
                 Ok(Watch::Again) => {}
-                Err(e) if !warned => {
-                    warned = true;
-                    tracing::warn!(error = %e, %server, "cannot wait for release wake-ups; waiters fall back to their timers until this works");
-                }
                 Err(e) => {
-                    tracing::debug!(error = %e, %server, "release wake-ups lost; watching again")
+                    if e.refused {
+                        wait = crate::timing::refused_backoff(retry);
+                    }
+                    if !warned {
+                        warned = true;
+                        tracing::warn!(error = %e.text, %server, "cannot wait for release wake-ups; waiters fall back to their timers until this works");
+                    } else {
+                        tracing::debug!(error = %e.text, %server, "release wake-ups lost; watching again")
+                    }
                 }
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(retry) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
         }
     })

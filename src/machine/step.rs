@@ -24,7 +24,7 @@ impl Machine {
     /// misconfiguration is loud in the logs but never a hot loop.
     pub fn backoff(&self, misconfigured: bool) -> Duration {
         if misconfigured {
-            (self.timing.retry_interval * 5).max(Duration::from_secs(10))
+            self.timing.refused_backoff()
         } else {
             self.timing.retry_interval
         }

@@ -150,6 +150,7 @@ pub async fn run(
         &config.id,
         config.priority.clone(),
         config.timing.renew_interval,
+        config.timing.refused_backoff(),
     );
     let mut succession =
         Succession::new(&config.id, config.priority.clone(), config.handover_delay);

@@ -16,6 +16,9 @@ pub(super) struct Registration {
     priority: Priority,
     since_ms: u64,
     every: Duration,
+    /// After the store refused our credentials or permissions: the lease's
+    /// own back-off (`Timing::refused_backoff`), one fact for both.
+    refused: Duration,
     /// When the next write is due; `None` while one is out.
     next: Option<Instant>,
     /// The health we last wrote.
@@ -29,7 +32,12 @@ pub(super) struct Registration {
 }
 
 impl Registration {
-    pub(super) fn new(id: &str, priority: Priority, every: Duration) -> Registration {
+    pub(super) fn new(
+        id: &str,
+        priority: Priority,
+        every: Duration,
+        refused: Duration,
+    ) -> Registration {
         Registration {
             id: id.to_string(),
             priority,
@@ -37,6 +45,7 @@ impl Registration {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
             every,
+            refused,
             next: Some(Instant::now()),
             written: None,
             successor: None,
@@ -87,10 +96,10 @@ impl Registration {
         status: &watch::Sender<Snapshot>,
         metrics: &Metrics,
     ) -> Option<Vec<Record>> {
-        let wait = if std::mem::take(&mut self.again) {
-            Duration::ZERO
-        } else {
-            self.every
+        let wait = match &result {
+            Err(e) if e.needs_a_person() => self.refused,
+            _ if std::mem::take(&mut self.again) => Duration::ZERO,
+            _ => self.every,
         };
         self.next = Some(Instant::now() + wait);
         match result {

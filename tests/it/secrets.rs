@@ -231,3 +231,42 @@ fn no_secret_row_reaches_the_child_or_the_health_command() {
         }
     }
 }
+
+/// Issue #37: a store that refuses our credentials is one fact for every
+/// path that talks to it. The lease, the candidates registry and the
+/// release watcher each back off by the lease's refusal back-off (10 s
+/// here), so in 12 s each tries about twice; on their own schedules they
+/// opened 14 connections (CI saw up to 29).
+#[test]
+fn a_refused_password_backs_off_every_path_that_talks_to_the_store() {
+    let redis = Redis::start();
+    redis.cmd(&[
+        "ACL", "SETUSER", "leaderd", "on", ">right", "~*", "&*", "+@all",
+    ]);
+    let connections = || -> u64 {
+        redis
+            .info("stats")
+            .lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("INFO stats")
+    };
+    let url = format!("redis://leaderd:wrong@127.0.0.1:{}", redis.port);
+    let before = connections();
+    let node = support::spawn_with_env(
+        &["run", "--key", "refused", "--http", "127.0.0.1:0"],
+        &[("LEADERD_REDIS_URL", &url)],
+    );
+    let (mut child, log) = node;
+    std::thread::sleep(std::time::Duration::from_secs(12));
+    let _ = child.kill();
+    let _ = child.wait();
+    // Less the fixture's own connection for each INFO.
+    let made = connections() - before - 1;
+    let lines = log.lock().unwrap().join("\n");
+    assert!(lines.contains("refused leaderd's credentials"), "{lines}");
+    assert!(
+        made <= 10,
+        "{made} connections in 12 s with a refused password:\n{lines}"
+    );
+}

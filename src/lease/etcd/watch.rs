@@ -6,7 +6,7 @@
 //! have gone while it was not watching.
 
 use super::client::{Client, b64};
-use crate::lease::rewatch::Watch;
+use crate::lease::rewatch::{Failed, Watch};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -36,12 +36,9 @@ async fn follow(
     client: &mut Client,
     key: &str,
     notices: &mpsc::UnboundedSender<()>,
-) -> Result<Watch, String> {
+) -> Result<Watch, Failed> {
     let endpoint = client.current_endpoint();
-    let auth = client
-        .auth_header(&endpoint)
-        .await
-        .map_err(|e| e.to_string())?;
+    let auth = client.auth_header(&endpoint).await.map_err(Failed::from)?;
     let url = endpoint.join("v3/watch").expect("a valid path");
     let body = json!({ "create_request": { "key": b64(key.as_bytes()) } });
     let mut request = client
@@ -55,10 +52,14 @@ async fn follow(
     let timeout = client.config.timeout;
     let mut response = tokio::time::timeout(timeout, request.send())
         .await
-        .map_err(|_| "no answer to the watch request".to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| Failed::from("no answer to the watch request".to_string()))?
+        .map_err(|e| Failed::from(e.to_string()))?;
     if !response.status().is_success() {
-        return Err(format!("the watch was refused: HTTP {}", response.status()));
+        let status = response.status();
+        return Err(Failed {
+            text: format!("the watch was refused: HTTP {status}"),
+            refused: matches!(status.as_u16(), 401 | 403),
+        });
     }
     let mut pending = Vec::new();
     let mut created = false;
@@ -66,7 +67,7 @@ async fn follow(
         let chunk = match response.chunk().await {
             Ok(Some(chunk)) => chunk,
             Ok(None) => return Ok(Watch::Again),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.to_string().into()),
         };
         pending.extend_from_slice(&chunk);
         while let Some(end) = pending.iter().position(|b| *b == b'\n') {
@@ -75,7 +76,10 @@ async fn follow(
                 continue;
             };
             if let Some(error) = message.get("error") {
-                return Err(format!("the watch failed: {error}"));
+                return Err(Failed {
+                    refused: error.to_string().contains("permission denied"),
+                    text: format!("the watch failed: {error}"),
+                });
             }
             let result = &message["result"];
             if result["created"].as_bool() == Some(true) && !created {

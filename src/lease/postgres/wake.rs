@@ -35,7 +35,7 @@ pub(super) fn watch(
 ) -> JoinHandle<()> {
     let server = listener.shown.clone();
     crate::lease::rewatch::spawn((listener, notices), server, retry, stop, |(l, n)| {
-        Box::pin(async move { listen(l, n).await.map_err(|e| e.to_string()) })
+        Box::pin(async move { listen(l, n).await.map_err(Into::into) })
     })
 }
 

@@ -12,7 +12,7 @@
 //! since a release may have happened while the connection was down. The release is
 //! still published on `leaderd:{KEY}:released` for observers.
 
-use crate::lease::rewatch::Watch;
+use crate::lease::rewatch::{Failed, Watch};
 use redis::AsyncConnectionConfig;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -106,7 +106,7 @@ async fn listen(
     source: &mut WakeQueue,
     notices: &mpsc::UnboundedSender<()>,
     reconnecting: bool,
-) -> Result<(), String> {
+) -> Result<(), Failed> {
     // No response timeout from redis-rs: a BLPOP is meant to wait. Each one
     // is bounded below instead.
     let config = AsyncConnectionConfig::new()
@@ -126,8 +126,8 @@ async fn listen(
     let connect = client.get_multiplexed_async_connection_with_config(&config);
     let mut conn = tokio::time::timeout(source.timeout, connect)
         .await
-        .map_err(|_| "connect timed out".to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| Failed::from("connect timed out".to_string()))?
+        .map_err(|e| refusal(e, source))?;
     // After a reconnection a catch-up wake-up is sent, but only once a
     // BLPOP that hardly blocks has proved the connection can wait
     // (credentials, ACL): a node that refuses us must not wake its waiters
@@ -139,8 +139,8 @@ async fn listen(
         let first = probe.query_async::<Option<(String, String)>>(&mut conn);
         tokio::time::timeout(source.timeout + Duration::from_millis(10), first)
             .await
-            .map_err(|_| "no answer to BLPOP".to_string())?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| Failed::from("no answer to BLPOP".to_string()))?
+            .map_err(|e| refusal(e, source))?;
         // Woken or not, the catch-up wake-up covers it.
         if notices.send(()).is_err() {
             return Ok(());
@@ -153,18 +153,26 @@ async fn listen(
         let popped = tokio::select! {
             popped = tokio::time::timeout(BLOCK + source.timeout, waiting) => popped,
             moved = source.target.changed() => return match moved {
-                Ok(()) => Err("the lease connection followed a failover".into()),
+                Ok(()) => Err("the lease connection followed a failover".to_string().into()),
                 // The lease side is gone: leaderd is shutting down.
                 Err(_) => Ok(()),
             },
         };
         let popped = popped
-            .map_err(|_| "no answer to BLPOP; the connection is presumed dead".to_string())?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| {
+                Failed::from("no answer to BLPOP; the connection is presumed dead".to_string())
+            })?
+            .map_err(|e| refusal(e, source))?;
         // None: the BLPOP timed out in Redis; block again.
         let woken = popped.is_some_and(|(_, releaser)| releaser != source.own_id);
         if woken && notices.send(()).is_err() {
             return Ok(());
         }
     }
+}
+
+/// A Redis error as a watch failure: a refused password or permission is
+/// the lease's back-off too, not the retry interval.
+fn refusal(e: redis::RedisError, source: &WakeQueue) -> Failed {
+    super::link::classify(e, &source.shown, source.timeout).into()
 }
