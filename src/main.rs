@@ -57,7 +57,11 @@ fn main() -> ExitCode {
         Ok(config) => config,
         Err(e) => return report(Failure::Config(e)),
     };
-    telemetry::init(config.log.format, &config.log.level);
+    telemetry::init(
+        config.log.format,
+        &config.log.level,
+        &leaderd::lease::chatty_logs(),
+    );
     let outcome = runtime().and_then(|rt| rt.block_on(app::run(config, caught)));
     telemetry::flush();
     match outcome {
@@ -80,7 +84,11 @@ fn other_command(cli: Cli, caught: Option<shutdown::Caught>) -> ExitCode {
         Ok(config) => config,
         Err(e) => return report(Failure::Config(e)),
     };
-    telemetry::init(config.log.format, &config.log.level);
+    telemetry::init(
+        config.log.format,
+        &config.log.level,
+        &leaderd::lease::chatty_logs(),
+    );
     let outcome = runtime().and_then(|rt| {
         rt.block_on(async move {
             match cli.command {

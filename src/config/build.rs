@@ -231,7 +231,7 @@ fn build(
     // Whatever a backend or feature noted for a secret row, shown redacted.
     for (name, value, _) in &mut effective {
         if all.iter().any(|s| s.secret && s.key == Some(*name)) {
-            *value = options::redact_secret(value);
+            *value = values::redact_secret(value);
         }
     }
     Ok(Config {

@@ -1,7 +1,7 @@
 //! Configuration: flags ⊕ environment ⊕ TOML file ⊕ defaults, merged once into
 //! a validated [`Config`] (PRODUCT §2). This layer knows no store by name:
 //! each backend declares its options and their resolution in its own folder
-//! under `lease/` ([`Declared`]), and `lease::REGISTRY` lists them.
+//! under `lease/` ([`Declared`]), and `lease::BACKENDS` lists them.
 //!
 //! [`Config::from_sources`] is pure (the environment is a lookup function and
 //! the file is already read), so precedence and validation are unit-tested

@@ -155,28 +155,6 @@ pub fn secret_envs(all: &[&'static Spec]) -> Vec<&'static str> {
         .collect()
 }
 
-/// A value of a secret row as `check` may show it: every URL in it with
-/// its password masked, anything else masked whole. The backends already
-/// show their URLs redacted; this is the row's own guarantee on top.
-pub fn redact_secret(shown: &str) -> String {
-    if !shown.contains("://") {
-        return "\"***\"".to_string();
-    }
-    let mut out = String::new();
-    let mut token = String::new();
-    for c in shown.chars() {
-        if matches!(c, '"' | ',' | '[' | ']' | ' ') {
-            out.push_str(&super::values::redact_url(&token));
-            token.clear();
-            out.push(c);
-        } else {
-            token.push(c);
-        }
-    }
-    out.push_str(&super::values::redact_url(&token));
-    out
-}
-
 pub const ELECTION: &str = "Election";
 /// The heading of every backend's options.
 pub const BACKEND: &str = "Backend";

@@ -416,7 +416,7 @@ fn a_secret_row_is_shown_redacted() {
         ("\"redis://h:1\"", "\"redis://h:1\""),
         ("\"redis://u:***@h:1\"", "\"redis://u:***@h:1\""),
     ] {
-        assert_eq!(options::redact_secret(shown), redacted, "{shown}");
+        assert_eq!(values::redact_secret(shown), redacted, "{shown}");
     }
 }
 

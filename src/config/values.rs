@@ -62,6 +62,28 @@ pub fn redact_url(text: &str) -> String {
     )
 }
 
+/// A value of a secret row as `check` may show it: every URL in it with
+/// its password masked, anything else masked whole. The backends already
+/// show their URLs redacted; this is the row's own guarantee on top.
+pub fn redact_secret(shown: &str) -> String {
+    if !shown.contains("://") {
+        return "\"***\"".to_string();
+    }
+    let mut out = String::new();
+    let mut token = String::new();
+    for c in shown.chars() {
+        if matches!(c, '"' | ',' | '[' | ']' | ' ') {
+            out.push_str(&redact_url(&token));
+            token.clear();
+            out.push(c);
+        } else {
+            token.push(c);
+        }
+    }
+    out.push_str(&redact_url(&token));
+    out
+}
+
 /// Parses a duration with a unit (`500ms`, `10s`, `1m`, `1m30s`). A bare number
 /// is refused: `10` could mean seconds or milliseconds, and guessing wrong
 /// makes a lease 1000 times too short or too long.

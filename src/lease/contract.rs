@@ -1,6 +1,6 @@
 //! The contract every backend keeps: [`LeaseBackend`] (whose documentation
 //! is the contract), what its operations return, its errors, and what it is
-//! opened with ([`Common`], [`Registration`]).
+//! opened with ([`Common`], [`BackendEntry`]).
 
 use super::registry::Record;
 use crate::config::{Backend, Declared};
@@ -36,10 +36,15 @@ impl Common {
 /// A backend as leaderd knows it: its options (as the configuration sees
 /// them), the names its contract scenes run under, and how to open it from
 /// the settings it resolved (`None`: not its settings).
-pub struct Registration {
+pub struct BackendEntry {
     pub declared: &'static Declared,
     pub names: &'static [&'static str],
     pub open: Open,
+    /// Log targets of its client library that log every reconnection
+    /// attempt themselves, where leaderd says once, rate-limited, that the
+    /// backend is unreachable: their errors only, unless the level names
+    /// them (`info,zookeeper_client=debug`).
+    pub chatty_logs: &'static [&'static str],
 }
 
 /// How a backend opens its lease from the settings it resolved (`None`:

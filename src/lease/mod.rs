@@ -14,12 +14,12 @@
 //! the runner, `app` and the HTTP layer only see the trait.
 //!
 //! [`contract`] holds the trait and its types; this file is the map: the
-//! backends' modules and [`REGISTRY`], the one list of them.
+//! backends' modules and [`BACKENDS`], the one list of them.
 //!
 //! A new backend is a folder here: a module implementing [`LeaseBackend`],
 //! its options and their resolution (a [`crate::config::Declared`]), a
-//! [`Registration`] and its tests. Two lines in this file make it part of
-//! leaderd — its `mod` and its entry in [`REGISTRY`] — and with them the
+//! [`BackendEntry`] and its tests. Two lines in this file make it part of
+//! leaderd — its `mod` and its entry in [`BACKENDS`] — and with them the
 //! command line, the config file's schema, `check`'s printout and the
 //! contract suite's list of backends. Its integration tests: a `Scene` in
 //! `tests/it/support/backends.rs` and a line in the contract suite's
@@ -38,28 +38,37 @@ pub mod zookeeper;
 
 pub(crate) use contract::new_token;
 pub use contract::{
-    Acquire, BoxFuture, Common, Error, Holder, LeaseBackend, Nodes, Peek, Registration, Renew,
+    Acquire, BackendEntry, BoxFuture, Common, Error, Holder, LeaseBackend, Nodes, Peek, Renew,
 };
 
 use crate::config::{Config, Declared};
 
 /// Every backend, in the order `--help` lists their options.
-pub const REGISTRY: [&Registration; 5] = [
-    &redis::REGISTRATION,
-    &postgres::REGISTRATION,
-    &etcd::REGISTRATION,
-    &zookeeper::REGISTRATION,
-    &file::REGISTRATION,
+pub const BACKENDS: &[&BackendEntry] = &[
+    &redis::ENTRY,
+    &postgres::ENTRY,
+    &etcd::ENTRY,
+    &zookeeper::ENTRY,
+    &file::ENTRY,
 ];
+
+/// Every backend's chatty client log targets (see
+/// [`BackendEntry::chatty_logs`]), for the logger.
+pub fn chatty_logs() -> Vec<&'static str> {
+    BACKENDS
+        .iter()
+        .flat_map(|b| b.chatty_logs.iter().copied())
+        .collect()
+}
 
 /// Every backend's options and their resolution, for the configuration.
 pub fn declared() -> Vec<&'static Declared> {
-    REGISTRY.iter().map(|r| r.declared).collect()
+    BACKENDS.iter().map(|r| r.declared).collect()
 }
 
 /// Every backend by the names its contract scenes run under.
 pub fn names() -> Vec<&'static str> {
-    REGISTRY
+    BACKENDS
         .iter()
         .flat_map(|r| r.names.iter().copied())
         .collect()
@@ -73,7 +82,7 @@ pub fn open(config: &Config) -> Result<Box<dyn LeaseBackend>, Error> {
         id: config.id.clone(),
         timing: config.timing,
     };
-    REGISTRY
+    BACKENDS
         .iter()
         .find_map(|r| (r.open)(&config.backend, &common))
         .expect("a configured backend's settings come from a registered backend")

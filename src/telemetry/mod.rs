@@ -18,14 +18,12 @@ pub use writer::dropped_lines;
 /// holds the exit up.
 const FLUSH_AT_EXIT: Duration = Duration::from_secs(1);
 
-/// Dependencies that log every reconnection attempt themselves, where
-/// leaderd says once, rate-limited, that the backend is unreachable: their
-/// errors only, unless the level names them (`info,zookeeper_client=debug`).
-const CHATTY: &[&str] = &["zookeeper_client"];
-
-pub fn init(format: LogFormat, level: &str) {
+/// Starts the logger. `chatty`: log targets of dependencies that log every
+/// reconnection attempt themselves (each backend names its own,
+/// `lease::chatty_logs`): their errors only, unless `level` names them.
+pub fn init(format: LogFormat, level: &str, chatty: &[&str]) {
     let mut level = level.to_string();
-    for name in CHATTY {
+    for name in chatty {
         if !level.contains(name) {
             level.push_str(&format!(",{name}=error"));
         }

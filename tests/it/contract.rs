@@ -24,7 +24,7 @@ mod tolerated;
 type StartScene = fn() -> Box<dyn Scene>;
 
 /// Every backend's scene, by the name `lease::names()` gives.
-const SCENES: [(&str, StartScene); 13] = [
+const SCENES: &[(&str, StartScene)] = &[
     ("lock-file", LockFileScene::start),
     ("redis", RedisScene::start),
     ("redis", RedisScene::start_tls),
@@ -68,7 +68,7 @@ fn for_each_backend(test: fn(&mut dyn Scene)) {
             "CONTRACT_ONLY={only} names no scene; the scenes are {names:?}"
         );
     }
-    for (name, start) in SCENES {
+    for &(name, start) in SCENES {
         if only.as_deref().is_some_and(|only| only != name) {
             continue;
         }

@@ -22,12 +22,12 @@ mod client;
 pub mod config;
 mod registry;
 mod term;
-mod watch;
+mod wake;
 
 use crate::config::Backend;
 use crate::lease::contract::open_as;
 use crate::lease::contract::{
-    Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew,
+    Acquire, BackendEntry, Common, Error, Holder, LeaseBackend, Peek, Renew,
 };
 use crate::lease::registry::Record;
 use crate::lease::vacancy::{Vacancies, Verdict};
@@ -68,10 +68,11 @@ fn nobody() -> Holder {
 }
 
 /// etcd: a key bound to an etcd lease.
-pub const REGISTRATION: Registration = Registration {
+pub const ENTRY: BackendEntry = BackendEntry {
     declared: &config::DECLARED,
     names: &["etcd"],
     open,
+    chatty_logs: &[],
 };
 
 fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
@@ -434,7 +435,7 @@ impl LeaseBackend for EtcdLease {
         stop: CancellationToken,
     ) -> Option<JoinHandle<()>> {
         let client = Client::new(&self.client.config).ok()?;
-        Some(watch::watch(
+        Some(wake::watch(
             client,
             self.keys.leader.clone(),
             retry,

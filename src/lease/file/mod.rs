@@ -21,7 +21,7 @@ pub mod config;
 mod held;
 mod registry;
 
-use super::contract::{Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew};
+use super::contract::{Acquire, BackendEntry, Common, Error, Holder, LeaseBackend, Peek, Renew};
 use super::registry::Record;
 use super::vacancy::{Vacancies, Verdict};
 use crate::config::Backend;
@@ -80,10 +80,11 @@ struct Content {
 }
 
 /// The embedded lock file.
-pub const REGISTRATION: Registration = Registration {
+pub const ENTRY: BackendEntry = BackendEntry {
     declared: &config::DECLARED,
     names: &["lock-file"],
     open,
+    chatty_logs: &[],
 };
 
 fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {

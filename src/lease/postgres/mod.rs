@@ -25,7 +25,7 @@ use session::{Conn, classify, connect, primary};
 use crate::config::Backend;
 use crate::lease::contract::open_as;
 use crate::lease::contract::{
-    Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew, new_token,
+    Acquire, BackendEntry, Common, Error, Holder, LeaseBackend, Peek, Renew, new_token,
 };
 use crate::lease::registry::Record;
 use crate::timing::Timing;
@@ -80,10 +80,11 @@ struct Statements {
 }
 
 /// PostgreSQL: a lease table, optionally with a session advisory lock.
-pub const REGISTRATION: Registration = Registration {
+pub const ENTRY: BackendEntry = BackendEntry {
     declared: &config::DECLARED,
     names: &["postgres-table", "postgres-advisory"],
     open,
+    chatty_logs: &[],
 };
 
 fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {

@@ -2,7 +2,8 @@
 //! role and replicas, whether `WAIT` can be satisfied, a cluster's state.
 
 use super::Error;
-use super::link::{Link, classify, connected_replicas};
+use super::classify::{classify, connected_replicas};
+use super::link::Link;
 use super::route::Route;
 use super::urls::WaitReplicas;
 use redis::Value;

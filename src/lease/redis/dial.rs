@@ -5,7 +5,7 @@
 //! let an operation wait for it only within its request budget.
 
 use super::Error;
-use super::link::{classify, connected_replicas};
+use super::classify::{classify, connected_replicas};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Value};
 use std::time::Duration;

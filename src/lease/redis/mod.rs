@@ -7,6 +7,7 @@
 //! under one overall timeout.
 
 mod check;
+mod classify;
 mod cluster;
 pub mod config;
 #[cfg(test)]
@@ -24,13 +25,14 @@ pub mod urls;
 pub mod wake;
 
 use super::contract::{
-    Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew, new_token,
+    Acquire, BackendEntry, Common, Error, Holder, LeaseBackend, Peek, Renew, new_token,
 };
 use crate::config::Backend;
 use crate::lease::contract::open_as;
 use crate::lease::registry::Record;
+use classify::classify;
 use config::RedisConfig;
-use link::{Link, classify};
+use link::Link;
 use redis::Value;
 use script::{Reply, Scripts, eval, parse_reply, unexpected};
 use std::time::Duration;
@@ -62,10 +64,11 @@ pub struct RedisLease {
 }
 
 /// Redis, with Sentinel and Cluster, and Redlock over its masters.
-pub const REGISTRATION: Registration = Registration {
+pub const ENTRY: BackendEntry = BackendEntry {
     declared: &config::DECLARED,
     names: &["redis", "redlock"],
     open,
+    chatty_logs: &[],
 };
 
 /// Opens what the Redis options resolved to: one server, or Redlock.

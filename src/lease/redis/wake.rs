@@ -174,5 +174,5 @@ async fn listen(
 /// A Redis error as a watch failure: a refused password or permission is
 /// the lease's back-off too, not the retry interval.
 fn refusal(e: redis::RedisError, source: &WakeQueue) -> Failed {
-    super::link::classify(e, &source.shown, source.timeout).into()
+    super::classify::classify(e, &source.shown, source.timeout).into()
 }

@@ -29,12 +29,12 @@ pub mod config;
 mod election;
 mod registry;
 mod session;
-mod watch;
+mod wake;
 
 use crate::config::Backend;
 use crate::lease::contract::open_as;
 use crate::lease::contract::{
-    Acquire, Common, Error, Holder, LeaseBackend, Peek, Registration, Renew, new_token,
+    Acquire, BackendEntry, Common, Error, Holder, LeaseBackend, Peek, Renew, new_token,
 };
 use crate::lease::registry::Record;
 use crate::timing::Timing;
@@ -49,10 +49,11 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::{CreateMode, Stat};
 
 /// ZooKeeper: a queue of ephemeral sequential nodes and a lease node.
-pub const REGISTRATION: Registration = Registration {
+pub const ENTRY: BackendEntry = BackendEntry {
     declared: &config::DECLARED,
     names: &["zookeeper"],
     open,
+    chatty_logs: &["zookeeper_client"],
 };
 
 fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
@@ -84,7 +85,7 @@ pub struct ZkLease {
     floor: u64,
     /// What the watcher watches now (the node we wait on, or our own lease
     /// node), with the session to watch it through.
-    aim: tokio::sync::watch::Sender<Option<watch::Aim>>,
+    aim: tokio::sync::watch::Sender<Option<wake::Aim>>,
     registry: registry::Registry,
 }
 
@@ -131,7 +132,7 @@ impl ZkLease {
     }
 
     fn aim_at(&self, s: &Session, path: Option<String>) {
-        self.aim.send_replace(path.map(|path| watch::Aim {
+        self.aim.send_replace(path.map(|path| wake::Aim {
             client: s.client.clone(),
             paths: vec![path],
         }));
@@ -142,7 +143,7 @@ impl ZkLease {
     fn aim_as_leader(&self, s: &Session) {
         let mut paths = vec![self.leader.clone()];
         paths.extend(self.queued.as_ref().map(|q| format!("{}/{q}", self.base)));
-        self.aim.send_replace(Some(watch::Aim {
+        self.aim.send_replace(Some(wake::Aim {
             client: s.client.clone(),
             paths,
         }));
@@ -322,7 +323,7 @@ impl LeaseBackend for ZkLease {
         notices: mpsc::UnboundedSender<()>,
         stop: CancellationToken,
     ) -> Option<JoinHandle<()>> {
-        Some(watch::spawn(self.aim.subscribe(), retry, notices, stop))
+        Some(wake::spawn(self.aim.subscribe(), retry, notices, stop))
     }
 
     /// The session (its negotiated timeout), and whether this identity may

@@ -6,7 +6,7 @@
 //! `localhost`), a replica of it, or a proxy to it, and would count two
 //! votes for one failure domain.
 
-use super::super::link::classify;
+use super::super::classify::classify;
 use super::super::{tls, wake};
 use super::Redlock;
 use super::enough::Until;

@@ -19,6 +19,7 @@
 //! within two node timeouts whatever a slow or frozen master does.
 
 mod acquire;
+mod ask;
 mod check;
 mod enough;
 mod master;
