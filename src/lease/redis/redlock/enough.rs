@@ -1,7 +1,7 @@
 //! When a Redlock operation has heard enough to decide: a pure function of
-//! the answers so far, table-tested here. An operation never waits for a
-//! master whose answer cannot change its outcome (issue #36: one frozen
-//! master of three held every operation for a connect timeout).
+//! the answers so far, table-tested here. A win never waits for a master
+//! whose vote it does not need (issue #36: one frozen master of three held
+//! every operation for a connect timeout).
 
 /// What one master said so far, for the operation's rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,8 +22,11 @@ pub(super) enum Heard {
 pub(super) enum Until {
     /// Every master asked (a peek: who holds it is judged over all).
     All,
-    /// A quorum of votes, or until so few are pending that a quorum can no
-    /// longer be reached (acquire, commit, renew).
+    /// A quorum of votes (acquire, commit, renew): a win needs no more
+    /// answers. A refusal waits for every master asked, within the
+    /// deadline: who holds the lease, and for how long, is judged over all
+    /// of them (decided on the first few, a standby took a holder short of
+    /// a quorum among them for a split vote and looked again every 100 ms).
     Quorum,
     /// This many answers of any kind (the registry: a majority's records
     /// are everyone's).
@@ -39,10 +42,7 @@ pub(super) fn enough(heard: &[Heard], until: Until, quorum: usize) -> bool {
     }
     match until {
         Until::All => false,
-        Until::Quorum => {
-            let votes = count(&[Heard::Vote]);
-            votes >= quorum || votes + pending < quorum
-        }
+        Until::Quorum => count(&[Heard::Vote]) >= quorum,
         Until::Answers(n) => count(&[Heard::Vote, Heard::Other]) >= n,
     }
 }
@@ -53,7 +53,7 @@ mod tests {
     use Heard::{NotAsked, Other, Pending, Vote};
 
     #[test]
-    fn an_operation_decides_once_the_missing_answers_cannot_change_it() {
+    fn a_win_decides_without_the_masters_it_does_not_need() {
         let table: &[(&[Heard], Until, bool)] = &[
             // Nothing pending: decided, whatever the rule.
             (&[Vote, Other, Other], Until::All, true),
@@ -64,14 +64,15 @@ mod tests {
             (&[Pending, Vote, Vote], Until::Quorum, true),
             (&[Pending, Vote, Other], Until::Quorum, false),
             (&[Pending, Pending, Vote], Until::Quorum, false),
-            // No quorum possible any more: refused without the last one.
-            (&[Pending, Other, Other], Until::Quorum, true),
+            // No quorum possible any more: still every answer, for who
+            // holds it and how long.
+            (&[Pending, Other, Other], Until::Quorum, false),
             (
                 &[Vote, Other, Other, Pending, Pending],
                 Until::Quorum,
                 false,
             ),
-            (&[Vote, Other, Other, Other, Pending], Until::Quorum, true),
+            (&[Vote, Other, Other, Other, Pending], Until::Quorum, false),
             (&[Vote, Vote, Vote, Pending, Pending], Until::Quorum, true),
             // A commit asked only the masters that were ours.
             (&[NotAsked, Vote, Vote], Until::Quorum, true),
