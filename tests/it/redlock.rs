@@ -302,9 +302,12 @@ fn fencing_tokens_grow_over_handovers_with_a_minority_restarted_each_time() {
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
 }
 
-/// Phase two at work: the largest counter sits on one master; once it is
-/// gone, the next quorum still proposes more, because the committed token
-/// raised every other master's counter.
+/// Phase two at work: skewed counters, the largest on one master; once it
+/// is gone, the next quorum still proposes more, because the committed
+/// token raised the counters of the quorum it was committed on. (The first
+/// token is the largest proposal of the quorum that won, which need not
+/// include the master with the largest counter: any three of these five
+/// include one at 30 000 or more.)
 #[test]
 fn skewed_counters_cannot_make_a_later_token_smaller() {
     let mut masters = Masters::start(5);
@@ -316,7 +319,10 @@ fn skewed_counters_cannot_make_a_later_token_smaller() {
     }
     let mut a = candidate(&masters, &key, "a", &[]);
     let first = leads(&a);
-    assert!(first > far + 50_000, "{first}: the largest proposal");
+    assert!(
+        first > far + 30_000,
+        "{first}: the largest proposal of a quorum"
+    );
     a.signal("TERM");
     assert!(a.wait_exit(PATIENCE).success());
     masters.nodes[0].restart();

@@ -7,8 +7,10 @@
 //!
 //! Fencing is two-phase. Phase one, the acquire, makes each master propose
 //! `max(counter + 1, seen + 1, its clock in ms)`; the token T is the largest
-//! proposal and of every token seen in refusals; phase two commits T on
-//! every master that is ours (the lease carries T, the counter rises to at
+//! proposal and of every token seen in refusals among the answers the win
+//! was decided on (a quorum at least: any earlier committed token sits on a
+//! quorum that shares a master with it); phase two commits T on every
+//! master that is ours (the lease carries T, the counter rises to at
 //! least T), and leadership counts only after a quorum committed. Any later
 //! quorum shares a master with this one, so it proposes more than T, unless
 //! a quorum of masters lost their data in between: then the tokens rest on
