@@ -99,8 +99,19 @@ impl Resolving<'_> {
         spec: &'static Spec,
         default: Duration,
     ) -> Result<Value<Duration>, ConfigError> {
+        self.duration_or(spec, default, "")
+    }
+
+    /// [`Resolving::duration`] with a default that `how` describes ("500ms,
+    /// at most half the renew interval"), shown as its origin.
+    fn duration_or(
+        &mut self,
+        spec: &'static Spec,
+        default: Duration,
+        how: &'static str,
+    ) -> Result<Value<Duration>, ConfigError> {
         let value = self.r.scalar(spec, positive(values::parse_duration))?;
-        let value = or_default(value, default, "");
+        let value = or_default(value, default, how);
         self.note(
             spec.key.expect("declared"),
             format!("{:?}", show(value.value)),
@@ -113,18 +124,12 @@ impl Resolving<'_> {
     /// half the renew interval, so a short TTL alone needs no timeout of its
     /// own; a given one is refused unless shorter than the renew interval.
     pub fn store_timeout(&mut self, spec: &'static Spec) -> Result<Value<Duration>, ConfigError> {
-        let value = self.r.scalar(spec, positive(values::parse_duration))?;
         let half = Duration::from_millis((self.renew_interval.value / 2).as_millis() as u64);
-        let value = or_default(
-            value,
+        let value = self.duration_or(
+            spec,
             STORE_TIMEOUT.min(half),
             "500ms, at most half the renew interval",
-        );
-        self.note(
-            spec.key.expect("declared"),
-            format!("{:?}", show(value.value)),
-            &value.origin,
-        );
+        )?;
         self.shorter_than_renewal(spec, &value)?;
         Ok(value)
     }

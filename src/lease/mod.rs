@@ -87,3 +87,13 @@ pub fn open(config: &Config) -> Result<Box<dyn LeaseBackend>, Error> {
         .find_map(|r| (r.open)(&config.backend, &common))
         .expect("a configured backend's settings come from a registered backend")
 }
+
+#[cfg(test)]
+mod tests {
+    /// The client library that logs each reconnection itself is quieted by
+    /// the backend that uses it, not by a list in the logger.
+    #[test]
+    fn backends_name_their_chatty_client_logs() {
+        assert_eq!(super::chatty_logs(), ["zookeeper_client"]);
+    }
+}

@@ -46,7 +46,12 @@ const TTL: &str = "2s";
 const RENEW_DEADLINE: Duration = Duration::from_millis(1333);
 
 fn candidate(scene: &dyn Scene, key: &str, id: &str, ttl: &str, log: Option<&Path>) -> Leaderd {
-    let backend = scene.args(key);
+    candidate_on(&scene.args(key), id, ttl, log)
+}
+
+/// [`candidate`] with the backend's flags given (one node reached through a
+/// proxy, say).
+fn candidate_on(backend: &[String], id: &str, ttl: &str, log: Option<&Path>) -> Leaderd {
     let mut args: Vec<&str> = backend.iter().map(String::as_str).collect();
     args.extend_from_slice(&["--ttl", ttl, "--retry-interval", "300ms"]);
     let probe = probe_child();

@@ -7,8 +7,8 @@
 //! these freeze one that does not.) Issue #36: Redlock lost its term to
 //! one frozen master.
 
-use super::{PATIENCE, Scene, TTL, for_each_backend};
-use crate::support::{self, Leaderd, probe_child, probe_events, proxy::Proxy};
+use super::{PATIENCE, Scene, TTL, candidate_on, for_each_backend};
+use crate::support::{self, Leaderd, probe_events, proxy::Proxy};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -17,22 +17,14 @@ const FAULT: Duration = Duration::from_secs(6);
 /// Added to every chunk either way: 300 ms more for every round trip.
 const ONE_WAY: Duration = Duration::from_millis(150);
 
-fn start(id: &str, backend: &[String], log: &Path) -> Leaderd {
-    let mut args: Vec<&str> = backend.iter().map(String::as_str).collect();
-    args.extend_from_slice(&["--ttl", TTL, "--retry-interval", "300ms"]);
-    let probe = probe_child();
-    args.extend_from_slice(&["--", &probe, support::path_str(log)]);
-    Leaderd::run(id, &args)
-}
-
 /// `a` leads (its child started) before `b` starts, so the fault can be
 /// aimed at the leader's path.
 fn a_leads_then_b(scene: &dyn Scene, key: &str, a_args: &[String]) -> Scene2 {
     let dir = support::Scratch::new(&format!("tolerated-{key}-{}", support::os::below(1 << 30)));
     let logs: Vec<PathBuf> = ["a", "b"].iter().map(|id| dir.join(id)).collect();
-    let a = start("a", a_args, &logs[0]);
+    let a = candidate_on(a_args, "a", TTL, Some(&logs[0]));
     a.wait_leading(PATIENCE * 3);
-    let b = start("b", &scene.args(key), &logs[1]);
+    let b = candidate_on(&scene.args(key), "b", TTL, Some(&logs[1]));
     // b stands by: registered, and told who leads.
     support::eventually(PATIENCE, "b to stand by", || {
         let (leads, body) = b.leader()?;

@@ -1,7 +1,8 @@
 //! How a Redlock operation asks the masters' tasks ([`super::master`]) and
-//! gathers their answers until the rule of [`super::enough`] says the rest
-//! cannot change the outcome; answers that come after their operation
-//! decided are taken in by the next one.
+//! gathers their answers until the rule of [`super::enough`] says it may
+//! decide (a win at a quorum, anything else on every answer, within two
+//! node timeouts); answers that come after their operation decided are
+//! taken in by the next one.
 
 use super::super::Error;
 use super::super::script::{Reply, parse_reply};
@@ -19,7 +20,7 @@ impl Redlock {
     }
 
     /// Sends `call` to the masters marked in `on` and gathers their answers
-    /// until `until` says the rest cannot change the outcome, or for two
+    /// until `until` says the operation may decide, or for two
     /// node timeouts (one for a request of an earlier operation still ahead
     /// in a slow master's queue, one for this one). A master not heard from
     /// by then counts as timed out; its answer is read later by

@@ -16,9 +16,10 @@
 //! a quorum of masters lost their data in between: then the tokens rest on
 //! the masters' clocks and the candidate's own highest-seen token.
 //!
-//! Each master runs its requests on a task of its own ([`master`]); an
-//! operation decides as soon as the answers so far settle it ([`enough`]),
-//! within two node timeouts whatever a slow or frozen master does.
+//! Each master runs its requests on a task of its own ([`master`]): a win
+//! is decided as soon as a quorum says the lease is ours, anything else
+//! over every master's answer ([`enough`]), and no operation waits past two
+//! node timeouts whatever a slow or frozen master does.
 
 mod acquire;
 mod ask;
