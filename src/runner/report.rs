@@ -2,40 +2,13 @@
 //! holder it saw, the metrics' labels, the rate-limited backend error log,
 //! and the warning for a second candidate with our id.
 
-use super::Report;
+use super::worker::Report;
 use crate::lease::{self, Acquire, Holder, Renew};
 use crate::machine::Event;
 use crate::status::{Observed, Snapshot};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-impl Report {
-    /// The operation and its result, as metric labels.
-    pub(super) fn outcome(&self) -> (&'static str, &'static str) {
-        let failed = failure;
-        match self {
-            Report::Acquire(Ok(Acquire::Won { .. })) => ("acquire", "ok"),
-            Report::Acquire(Ok(Acquire::Held { .. })) => ("acquire", "held"),
-            Report::Acquire(Err(e)) => ("acquire", failed(e)),
-            Report::Renew(Ok(Renew::Renewed { .. })) => ("renew", "ok"),
-            Report::Renew(Ok(Renew::Lost { .. })) => ("renew", "lost"),
-            Report::Renew(Err(e)) => ("renew", failed(e)),
-            Report::Release(Ok(true)) => ("release", "ok"),
-            Report::Release(Ok(false)) => ("release", "lost"),
-            Report::Release(Err(e)) => ("release", failed(e)),
-        }
-    }
-}
-
-/// A failed operation's `result` label.
-pub(super) fn failure(e: &lease::Error) -> &'static str {
-    match e {
-        lease::Error::Timeout { .. } => "timeout",
-        lease::Error::UnderReplicated { .. } => "under_replicated",
-        _ => "error",
-    }
-}
 
 /// Turns a backend report into the machine's event, recording what it told
 /// us about the holder.

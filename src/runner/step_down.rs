@@ -1,10 +1,9 @@
-//! The two ways out of the election besides a shutdown: run-once mode
-//! (`--wait`), and a step-down asked for over the admin socket.
+//! A step-down asked for over the admin socket: the leader steps down, or
+//! hands over to a registered candidate; anyone else says why not.
 
 use crate::lease::registry::Record;
-use crate::machine::{Event, Reason, State, StateName};
+use crate::machine::{Event, Reason, State};
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// What an admin request asks of the runner.
 pub(super) enum Asked {
@@ -70,48 +69,5 @@ pub(super) fn step_down(
             });
             Asked::Nothing
         }
-    }
-}
-
-/// Run-once mode (`--wait`): lead within the deadline and run the command
-/// once, or give up.
-pub(super) struct Once {
-    pub(super) deadline: Instant,
-    /// An acquire has been answered (so `--wait 0` is one real try).
-    pub(super) answered: bool,
-    /// The command was started: from now on its exit ends the run.
-    pub(super) started: bool,
-}
-
-/// Not leader within `--wait`: the command never ran (EX_TEMPFAIL).
-pub const EXIT_NOT_LEADER: i32 = 75;
-
-impl Once {
-    /// The exit code to end the run with, if the run-once outcome is known
-    /// (once known, the runner stops asking).
-    pub(super) fn verdict(&mut self, state: &State, shutdown_seen: bool) -> Option<i32> {
-        if shutdown_seen {
-            return None;
-        }
-        if !self.started {
-            // An unhealthy worker never lets an acquire out: the deadline
-            // alone decides then.
-            if (self.answered || state.worker_unhealthy())
-                && Instant::now() >= self.deadline
-                && state.leading().is_none()
-                && state.name() != StateName::Acquiring
-            {
-                tracing::info!("not leader within --wait: exiting without running the command");
-                return Some(EXIT_NOT_LEADER);
-            }
-            return None;
-        }
-        if state.name() == StateName::Waiting {
-            tracing::error!(
-                "the lease was lost while the command ran; it was stopped and is not run again"
-            );
-            return Some(1);
-        }
-        None
     }
 }

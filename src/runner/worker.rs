@@ -1,0 +1,134 @@
+//! The lease worker: the backend's operations run one at a time on a task
+//! of their own, so a slow store never blocks timers, signals or the work;
+//! their answers come back on channels, with each one's metrics recorded.
+
+use crate::lease::registry::Record;
+use crate::lease::{self, Acquire, LeaseBackend, Renew};
+use crate::metrics::Metrics;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+#[derive(Debug)]
+pub(super) enum Op {
+    Acquire,
+    Renew,
+    Release,
+    Register(Record),
+    StepAside,
+}
+
+pub(super) enum Report {
+    Acquire(Result<Acquire, lease::Error>),
+    Renew(Result<Renew, lease::Error>),
+    Release(Result<bool, lease::Error>),
+}
+
+/// A registration's answer: everyone's records. Reported apart from the
+/// lease's operations: it is no event of the machine.
+pub(super) type Registered = Result<Vec<Record>, lease::Error>;
+
+/// Where the worker's answers arrive.
+pub(super) struct Answers {
+    pub(super) reports: mpsc::UnboundedReceiver<Report>,
+    pub(super) registered: mpsc::UnboundedReceiver<Registered>,
+}
+
+/// Starts the worker. It ends once the sender is dropped and its queue is
+/// empty, after taking this candidate off the registry and closing the
+/// backend.
+pub(super) fn spawn(
+    backend: Box<dyn LeaseBackend>,
+    metrics: Arc<Metrics>,
+) -> (mpsc::UnboundedSender<Op>, Answers, JoinHandle<()>) {
+    let (ops, op_rx) = mpsc::unbounded_channel();
+    let (report_tx, reports) = mpsc::unbounded_channel();
+    let (registered_tx, registered) = mpsc::unbounded_channel();
+    let task = tokio::spawn(work(backend, op_rx, report_tx, registered_tx, metrics));
+    let answers = Answers {
+        reports,
+        registered,
+    };
+    (ops, answers, task)
+}
+
+async fn work(
+    mut backend: Box<dyn LeaseBackend>,
+    mut ops: mpsc::UnboundedReceiver<Op>,
+    reports: mpsc::UnboundedSender<Report>,
+    registered: mpsc::UnboundedSender<Registered>,
+    metrics: Arc<Metrics>,
+) {
+    while let Some(op) = ops.recv().await {
+        let started = Instant::now();
+        let report = match op {
+            Op::Acquire => Report::Acquire(backend.acquire().await),
+            Op::Renew => Report::Renew(backend.renew().await),
+            Op::Register(me) => {
+                let result = backend.register(Some(&me)).await;
+                let outcome = result.as_ref().map_or_else(failure, |_| "ok");
+                metrics.lease_op("register", outcome, started.elapsed());
+                metrics.backend_nodes(backend.nodes());
+                if registered.send(result).is_err() {
+                    break;
+                }
+                continue;
+            }
+            Op::StepAside => {
+                if let Err(e) = backend.step_aside().await {
+                    tracing::debug!(error = %e, "could not step aside; the lease may go to this candidate");
+                }
+                continue;
+            }
+            Op::Release => {
+                let mut result = backend.release().await;
+                if matches!(
+                    result,
+                    Err(lease::Error::Timeout { .. } | lease::Error::Connection { .. })
+                ) {
+                    // One more try: a release that lands spares the others a
+                    // wait of a whole TTL.
+                    result = backend.release().await;
+                }
+                Report::Release(result)
+            }
+        };
+        let (name, result) = report.outcome();
+        metrics.lease_op(name, result, started.elapsed());
+        metrics.backend_nodes(backend.nodes());
+        if reports.send(report).is_err() {
+            break;
+        }
+    }
+    // Off the registry, so the others do not list us for another TTL.
+    let _ = backend.register(None).await;
+    backend.close().await;
+}
+
+impl Report {
+    /// The operation and its result, as metric labels.
+    pub(super) fn outcome(&self) -> (&'static str, &'static str) {
+        let failed = failure;
+        match self {
+            Report::Acquire(Ok(Acquire::Won { .. })) => ("acquire", "ok"),
+            Report::Acquire(Ok(Acquire::Held { .. })) => ("acquire", "held"),
+            Report::Acquire(Err(e)) => ("acquire", failed(e)),
+            Report::Renew(Ok(Renew::Renewed { .. })) => ("renew", "ok"),
+            Report::Renew(Ok(Renew::Lost { .. })) => ("renew", "lost"),
+            Report::Renew(Err(e)) => ("renew", failed(e)),
+            Report::Release(Ok(true)) => ("release", "ok"),
+            Report::Release(Ok(false)) => ("release", "lost"),
+            Report::Release(Err(e)) => ("release", failed(e)),
+        }
+    }
+}
+
+/// A failed operation's `result` label.
+fn failure(e: &lease::Error) -> &'static str {
+    match e {
+        lease::Error::Timeout { .. } => "timeout",
+        lease::Error::UnderReplicated { .. } => "under_replicated",
+        _ => "error",
+    }
+}
