@@ -159,7 +159,7 @@ fn watch_interval(text: &str) -> Result<std::time::Duration, String> {
 /// Every option of leaderd and of every registered backend, as clap sees
 /// them.
 fn all_options() -> Vec<&'static Spec> {
-    crate::config::all_options(&crate::lease::declared())
+    crate::config::all_options(&crate::catalog())
 }
 
 impl clap::FromArgMatches for ConfigArgs {

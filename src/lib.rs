@@ -4,7 +4,8 @@
 //! The map, from the outside in:
 //! - [`cli`] (raw flags) → [`config`] (flags ⊕ env ⊕ TOML, validated once;
 //!   every option declared once: the common ones in [`config::options`],
-//!   each backend's in its own folder) → [`app`] (the `run`, `status` and
+//!   each backend's in its own folder, each feature's in its module;
+//!   [`catalog`] lists them) → [`app`] (the `run`, `status` and
 //!   `check` commands and their exit codes).
 //! - [`machine`]: the pure state machine, `step(state, event, now)`, with the
 //!   lease rules of [`timing`]. No I/O.
@@ -15,7 +16,8 @@
 //!   `zookeeper/`, `file/` the lock file; [`lease::BACKENDS`] lists them) and [`work`]
 //!   (the child behind its guard, webhooks).
 //! - [`health`]: the worker's health check, a driver whose verdicts the
-//!   runner feeds to the machine (health gating).
+//!   runner feeds to the machine (health gating); [`priority`]: the
+//!   candidates' ranks the registry carries.
 //! - [`private`]: local paths no other user can plant or swap (the lock
 //!   file, the admin socket).
 //! - [`status`]: the snapshot the runner publishes; [`http`] serves it, with
@@ -33,6 +35,7 @@ pub mod http;
 pub mod lease;
 pub mod machine;
 pub mod metrics;
+pub mod priority;
 pub mod private;
 pub mod reference;
 pub mod runner;
@@ -41,3 +44,18 @@ pub mod status;
 pub mod telemetry;
 pub mod timing;
 pub mod work;
+
+/// Everything that declares options besides the common rows: every backend
+/// (one is chosen) and every feature, in the order of `--help`, `check` and
+/// the docs. A new feature adds its line here and edits nothing else.
+pub fn catalog() -> config::Catalog {
+    config::Catalog {
+        backends: lease::declared(),
+        features: vec![
+            &priority::FEATURE,
+            &work::webhook::FEATURE,
+            &health::FEATURE,
+            &admin::FEATURE,
+        ],
+    }
+}

@@ -53,7 +53,7 @@ fn main() -> ExitCode {
     let Command::Run(run) = &cli.command else {
         unreachable!("checked above")
     };
-    let config = match Config::load(&run.config, &run.command, &leaderd::lease::declared()) {
+    let config = match Config::load(&run.config, &run.command, &leaderd::catalog()) {
         Ok(config) => config,
         Err(e) => return report(Failure::Config(e)),
     };
@@ -80,7 +80,7 @@ fn other_command(cli: Cli, caught: Option<shutdown::Caught>) -> ExitCode {
         Command::Completions(c) => return reference::completions(c.shell),
         Command::Manpage(m) => return reference::manpage(m.dir.as_deref()),
     };
-    let config = match Config::load(args, command, &leaderd::lease::declared()) {
+    let config = match Config::load(args, command, &leaderd::catalog()) {
         Ok(config) => config,
         Err(e) => return report(Failure::Config(e)),
     };

@@ -15,7 +15,7 @@ fn at(ms: u64) -> SystemTime {
 fn record(id: &str, healthy: Option<bool>) -> Record {
     Record {
         id: id.to_string(),
-        priority: crate::config::Priority::parse("1").unwrap(),
+        priority: crate::priority::Priority::parse("1").unwrap(),
         healthy,
         version: "0.1.0".to_string(),
         since_ms: 0,

@@ -8,7 +8,9 @@ pub use live::watch_status;
 use status::describe_peek;
 pub use status::status;
 
+use crate::admin::AdminConfig;
 use crate::config::{Config, ConfigError};
+use crate::health::HealthConfig;
 use crate::health::probe::Prober;
 use crate::lease::{self, LeaseBackend};
 use crate::metrics::Metrics;
@@ -16,7 +18,7 @@ use crate::status::{Changes, Snapshot};
 use crate::work::Work;
 use crate::work::child::ChildSpec;
 use crate::work::process;
-use crate::work::webhook::{WebhookSpec, Webhooks, decode_secret};
+use crate::work::webhook::{WebhookConfig, WebhookSpec, Webhooks, decode_secret};
 use crate::{admin, http, runner, shutdown};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -64,9 +66,7 @@ struct Prepared {
 
 async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Failure> {
     let child = child_spec(config)?;
-    let health = config
-        .health
-        .as_ref()
+    let health = HealthConfig::of(config)
         .map(|h| Prober::new(&h.probe, h.timeout, &config.child.scrub))
         .transpose()
         .map_err(ConfigError)?;
@@ -84,8 +84,8 @@ async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Fa
         })?),
         None => None,
     };
-    let admin = match &config.admin.socket {
-        Some(path) => Some((admin::bind(path).await.map_err(ConfigError)?, path.clone())),
+    let admin = match AdminConfig::of(config).socket {
+        Some(path) => Some((admin::bind(&path).await.map_err(ConfigError)?, path)),
         None => None,
     };
     Ok(Prepared {
@@ -184,7 +184,7 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
 
 fn metrics_for(config: &Config) -> Metrics {
     let metrics = Metrics::new(&config.key);
-    match config.health {
+    match HealthConfig::of(config) {
         Some(_) => metrics.with_health(),
         None => metrics,
     }
@@ -192,10 +192,10 @@ fn metrics_for(config: &Config) -> Metrics {
 
 /// The webhooks, with the signing secret read and decoded now.
 fn webhooks(config: &Config, metrics: &Arc<Metrics>) -> Result<Option<Webhooks>, Failure> {
-    if config.webhook.urls.is_empty() {
+    let Some(webhook) = WebhookConfig::of(config) else {
         return Ok(None);
-    }
-    let secret = match (&config.webhook.secret, &config.webhook.secret_file) {
+    };
+    let secret = match (&webhook.secret, &webhook.secret_file) {
         (Some(secret), _) => Some(
             decode_secret(secret.expose())
                 .map_err(|e| ConfigError(format!("LEADERD_WEBHOOK_SECRET: {e}")))?,
@@ -227,7 +227,7 @@ fn webhooks(config: &Config, metrics: &Arc<Metrics>) -> Result<Option<Webhooks>,
         );
     }
     let spec = WebhookSpec {
-        urls: config.webhook.urls.clone(),
+        urls: webhook.urls.clone(),
         secret,
         id: config.id.clone(),
         key: config.key.clone(),
@@ -305,7 +305,7 @@ pub async fn check(config: Config) -> Result<ExitCode, Failure> {
     for line in backend.self_check().await.map_err(Failure::Backend)? {
         println!("# ok: {line}");
     }
-    if let (Some(prober), Some(h)) = (health, &config.health) {
+    if let (Some(prober), Some(h)) = (health, HealthConfig::of(&config)) {
         let checks_child = h.target == crate::health::Checked::Child;
         println!(
             "{}",
@@ -322,7 +322,7 @@ pub fn step_down(
     hold: Option<&str>,
     to: Option<&str>,
 ) -> Result<ExitCode, Failure> {
-    let Some(path) = &config.admin.socket else {
+    let Some(path) = &AdminConfig::of(&config).socket else {
         return Err(Failure::Config(ConfigError(
             "no admin socket is configured: give --admin-socket PATH (or LEADERD_ADMIN_SOCKET, or admin.socket), the one the running leaderd listens on".into(),
         )));

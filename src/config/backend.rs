@@ -7,7 +7,7 @@
 //! themselves declare all this in their folders under `lease/`.
 
 use super::error::ConfigError;
-use super::options::{self, Spec};
+use super::options::Spec;
 use super::resolve::{Layer, Origin, Resolver, Value, or_default, positive, show};
 use super::sources::loose_secret_file;
 use super::values::{self, Secret};
@@ -37,17 +37,6 @@ pub struct Declared {
 
 /// How a backend resolves its options into its settings.
 pub type Resolve = fn(&mut Resolving<'_>) -> Result<Backend, ConfigError>;
-
-/// Every option: the common ones and each of `backends`' own, in the order
-/// `--help` shows them.
-pub fn all_options(backends: &[&'static Declared]) -> Vec<&'static Spec> {
-    let mut all: Vec<&'static Spec> = options::HEAD.to_vec();
-    for backend in backends {
-        all.extend_from_slice(backend.options);
-    }
-    all.extend_from_slice(&options::TAIL);
-    all
-}
 
 /// A backend's resolved settings: any type of its own.
 pub trait Settings: Any + fmt::Debug + Send + Sync {}
@@ -81,6 +70,8 @@ pub struct Resolving<'a> {
     pub key: &'a str,
     pub ttl: &'a Value<Duration>,
     pub renew_interval: &'a Value<Duration>,
+    /// A command is configured (the child can be a feature's target).
+    pub has_child: bool,
     /// Accepted but unwise: logged by `run`, printed by `check`.
     pub warnings: &'a mut Vec<String>,
     /// `check`'s printout: TOML key, value as shown, origin.

@@ -4,14 +4,14 @@
 //! the one backend chosen among those declared, and the work's options.
 
 use super::args::ConfigArgs;
-use super::backend::{Backend, Declared, Resolving, all_options};
+use super::backend::{Backend, Declared, Resolving};
+use super::catalog::{Catalog, Features, all_options};
 use super::error::ConfigError;
 use super::file::ConfigFile;
 use super::model::{Config, LogConfig};
 use super::options;
-use super::priority::Priority;
 use super::resolve::{Origin, Resolver, Value, or_default, positive, show};
-use super::sections::{admin, child, webhook};
+use super::sections::child;
 use super::sources::{Sources, read_secret_file};
 use super::values::{self, LogFormat};
 use crate::timing::Timing;
@@ -23,15 +23,15 @@ const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
 
 impl Config {
     /// Reads the real environment and the config file, then validates,
-    /// with `backends` to choose from.
+    /// with `catalog`'s backends to choose from and features to resolve.
     pub fn load(
         args: &ConfigArgs,
         command: &[String],
-        backends: &[&'static Declared],
+        catalog: &Catalog,
     ) -> Result<Config, ConfigError> {
         let env = |name: &str| std::env::var_os(name);
         let file = match config_path(args, &env)? {
-            Some(path) => Some(read_config_file(&path, &all_options(backends))?),
+            Some(path) => Some(read_config_file(&path, &all_options(catalog))?),
             None => None,
         };
         Config::from_sources(
@@ -43,16 +43,13 @@ impl Config {
                 hostname: host_name(),
                 read_secret: &read_secret_file,
             },
-            backends,
+            catalog,
         )
     }
 
     /// Merges and validates. Pure: no files, no process environment.
-    pub fn from_sources(
-        sources: Sources<'_>,
-        backends: &[&'static Declared],
-    ) -> Result<Config, ConfigError> {
-        build(&Resolver::new(&sources), &sources, backends)
+    pub fn from_sources(sources: Sources<'_>, catalog: &Catalog) -> Result<Config, ConfigError> {
+        build(&Resolver::new(&sources), &sources, catalog)
     }
 }
 
@@ -120,11 +117,7 @@ fn whole_millis(d: Duration) -> Duration {
     Duration::from_millis(d.as_millis() as u64)
 }
 
-fn build(
-    r: &Resolver<'_>,
-    s: &Sources<'_>,
-    backends: &[&'static Declared],
-) -> Result<Config, ConfigError> {
+fn build(r: &Resolver<'_>, s: &Sources<'_>, catalog: &Catalog) -> Result<Config, ConfigError> {
     let mut effective: Vec<(&'static str, String, String)> = Vec::new();
     let mut warnings = Vec::new();
     let mut note = |key: &'static str, value: String, origin: &Origin| {
@@ -140,14 +133,6 @@ fn build(
         None => default_id(r, s)?,
     };
     note("id", format!("{:?}", id.value), &id.origin);
-    let priority = r.scalar(&options::PRIORITY, Priority::parse)?;
-    let priority = or_default(priority, Priority::default(), "");
-    note(
-        "priority",
-        format!("{:?}", priority.value.to_string()),
-        &priority.origin,
-    );
-
     let ttl = r.scalar(&options::TTL, positive(values::parse_duration))?;
     let ttl = or_default(ttl, Duration::from_secs(10), "");
     let renew_interval = r.scalar(&options::RENEW_INTERVAL, positive(values::parse_duration))?;
@@ -171,54 +156,28 @@ fn build(
         retry_interval: retry_interval.value,
     };
     check_timing(&timing, &ttl, &renew_interval, &renew_deadline)?;
-    let handover_delay = r.scalar(&options::HANDOVER_DELAY, positive(values::parse_duration))?;
-    // The default follows a long renew interval (a TTL over 30 s).
-    let handover_delay = or_default(
-        handover_delay,
-        Duration::from_secs(10).max(renew_interval.value),
-        "10s, at least the renew interval",
-    );
-    note(
-        "handover_delay",
-        format!("{:?}", show(handover_delay.value)),
-        &handover_delay.origin,
-    );
-    if handover_delay.value < renew_interval.value {
-        return Err(ConfigError(format!(
-            "handover_delay = {} ({}) is shorter than lease.renew_interval = {} ({}): candidates read the registry every renew interval, and all of them must have seen the higher candidate before the leader hands over to it; give at least the renew interval",
-            show(handover_delay.value),
-            handover_delay.origin,
-            show(renew_interval.value),
-            renew_interval.origin
-        )));
-    }
-
-    let backend = choose(
-        backends,
-        &mut Resolving {
-            r,
-            key: &key.value,
-            ttl: &ttl,
-            renew_interval: &renew_interval,
-            warnings: &mut warnings,
-            effective: &mut effective,
-        },
-    )?;
-    let mut note = |key: &'static str, value: String, origin: &Origin| {
-        effective.push((key, value, origin.to_string()));
-    };
-
     let http = r.scalar(&options::HTTP, values::parse_http)?;
     let http = or_default(http, Some(([127, 0, 0, 1], 4040).into()), "");
     let shown = http.value.map_or("off".to_string(), |a| a.to_string());
     note("http.listen", format!("{shown:?}"), &http.origin);
-
     let mut child = child(r, s, &mut note)?;
-    let all = all_options(backends);
+    let all = all_options(catalog);
     child.scrub = options::secret_envs(&all);
-    let webhook = webhook(r, &mut note)?;
-    let health = super::health::resolve(r, !child.command.is_empty(), &mut note)?;
-    let admin = admin(r, &mut note)?;
+
+    let mut x = Resolving {
+        r,
+        key: &key.value,
+        ttl: &ttl,
+        renew_interval: &renew_interval,
+        has_child: !child.command.is_empty(),
+        warnings: &mut warnings,
+        effective: &mut effective,
+    };
+    let backend = choose(&catalog.backends, &mut x)?;
+    let features = Features::resolve(catalog, &mut x)?;
+    let mut note = |key: &'static str, value: String, origin: &Origin| {
+        effective.push((key, value, origin.to_string()));
+    };
 
     let format = r.scalar(&options::LOG_FORMAT, values::parse_log_format)?;
     let format = or_default(format, LogFormat::Text, "");
@@ -237,15 +196,11 @@ fn build(
     Ok(Config {
         key: key.value,
         id: id.value,
-        priority: priority.value,
-        handover_delay: handover_delay.value,
         backend,
         timing,
         http: http.value,
         child,
-        webhook,
-        admin,
-        health,
+        features,
         log: LogConfig {
             format: format.value,
             level: level.value,

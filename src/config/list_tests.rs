@@ -29,7 +29,7 @@ const ROWS: &[Row] = &[
         shown: ["redis://a:6379", "rediss://b:6379/0", "redis://c:6379"],
     },
     Row {
-        spec: &super::options::WEBHOOK,
+        spec: &crate::work::webhook::options::WEBHOOK,
         given: ["http://a/hook", "https://b:8443/x?y=1", "http://c/"],
         shown: ["http://a/hook", "https://b:8443/x?y=1", "http://c/"],
     },
@@ -75,7 +75,7 @@ fn toml(row: &Row, items: &[&str]) -> Case {
 
 #[test]
 fn every_list_option_has_a_row() {
-    for spec in all_options(&crate::lease::declared()) {
+    for spec in all_options(&crate::catalog()) {
         if spec.list && spec.commas != Commas::Kept {
             assert!(
                 ROWS.iter().any(|r| r.spec.id == spec.id),

@@ -2,10 +2,10 @@
 //! usable and the timing relations of PRODUCT §2/§4 hold.
 
 use super::backend::Backend;
-use super::values::{LogFormat, OnChildExit, Secret, Signal};
+use super::catalog::Features;
+use super::values::{LogFormat, OnChildExit, Signal};
 use crate::timing::Timing;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
@@ -27,23 +27,6 @@ pub struct ChildConfig {
 }
 
 #[derive(Debug, Clone)]
-pub struct AdminConfig {
-    /// The step-down socket; `None`: no admin endpoint.
-    pub socket: Option<PathBuf>,
-    /// How long a step-down (or a crash loop) keeps this candidate out.
-    pub step_down_hold: Duration,
-}
-
-#[derive(Debug, Clone)]
-pub struct WebhookConfig {
-    pub urls: Vec<url::Url>,
-    /// The secret from `LEADERD_WEBHOOK_SECRET`.
-    pub secret: Option<Secret>,
-    /// The file to read the secret from, when given instead.
-    pub secret_file: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone)]
 pub struct LogConfig {
     pub format: LogFormat,
     pub level: String,
@@ -54,19 +37,13 @@ pub struct LogConfig {
 pub struct Config {
     pub key: String,
     pub id: String,
-    /// `--priority`: the highest healthy candidate leads.
-    pub priority: super::priority::Priority,
-    /// How long a leader sees a higher candidate before handing over.
-    pub handover_delay: Duration,
     /// The chosen backend's own settings (see `lease::open`).
     pub backend: Backend,
     pub timing: Timing,
     pub http: Option<SocketAddr>,
     pub child: ChildConfig,
-    pub webhook: WebhookConfig,
-    pub admin: AdminConfig,
-    /// The worker's health check (`None`: no gating, nothing checked).
-    pub health: Option<super::health::HealthConfig>,
+    /// The features' settings, each taken back by its feature.
+    pub features: Features,
     pub log: LogConfig,
     /// Every option's effective value (secrets redacted) and where it came
     /// from, in a stable order, for `leaderd check`.

@@ -179,22 +179,6 @@ pub const ID: Spec = spec("id", "--id", "LEADERD_ID", "id")
     .under(ELECTION)
     .help("This candidate's id, shown to others as the holder")
     .default("$POD_NAME, else the host name");
-pub const PRIORITY: Spec = spec("priority", "--priority", "LEADERD_PRIORITY", "priority")
-    // `N…`: the file takes a bare integer too.
-    .value("N|VERSION")
-    .under(ELECTION)
-    .help("This candidate's priority, an integer or a dotted version (1.14.2): the highest healthy candidate leads, and a leader hands over to a higher one it has seen for --handover-delay")
-    .default("0");
-pub const HANDOVER_DELAY: Spec = spec(
-    "handover_delay",
-    "--handover-delay",
-    "LEADERD_HANDOVER_DELAY",
-    "handover_delay",
-)
-.value("DUR")
-.under(ELECTION)
-.help("How long a leader sees a registered, healthy candidate of higher priority before it hands over to it")
-.default("10s, at least the renew interval");
 pub const TTL: Spec = spec("ttl", "--ttl", "LEADERD_TTL", "lease.ttl")
     .value("DUR")
     .under(TIMING)
@@ -291,51 +275,6 @@ pub const WAIT: Spec = spec("wait", "--wait", "LEADERD_WAIT", "child.wait")
     .value("DUR")
     .under(WORK)
     .help("Run the command once: campaign for at most DUR (0: one try); not leader by then → exit 75 without running it; leader → run it, release, exit with its code");
-pub const WEBHOOK: Spec = spec(
-    "webhook",
-    "--webhook",
-    "LEADERD_WEBHOOK_URL",
-    "webhook.urls",
-)
-.value("URL")
-.under(WORK)
-.help("Webhook to POST elected/demoted events to; repeatable")
-.list();
-pub const WEBHOOK_SECRET_FILE: Spec = spec(
-    "webhook_secret_file",
-    "--webhook-secret-file",
-    "LEADERD_WEBHOOK_SECRET_FILE",
-    "webhook.secret_file",
-)
-.value("FILE")
-.under(WORK)
-.help("File holding the webhook signing secret (or LEADERD_WEBHOOK_SECRET: the secret itself)");
-pub const WEBHOOK_SECRET: Spec = spec("webhook_secret", "", "LEADERD_WEBHOOK_SECRET", "")
-    .no_flag()
-    .no_key()
-    .value("SECRET")
-    .under(WORK)
-    .secret()
-    .help("The webhook signing secret itself (base64 or whsec_…; only from the environment)");
-pub const ADMIN_SOCKET: Spec = spec(
-    "admin_socket",
-    "--admin-socket",
-    "LEADERD_ADMIN_SOCKET",
-    "admin.socket",
-)
-.value("PATH")
-.under("Admin")
-.help("Unix socket for `leaderd step-down` (mode 0600; off unless set)");
-pub const STEP_DOWN_HOLD: Spec = spec(
-    "step_down_hold",
-    "--step-down-hold",
-    "LEADERD_STEP_DOWN_HOLD",
-    "admin.step_down_hold",
-)
-.value("DUR")
-.under("Admin")
-.help("After a step-down or a crash loop, how long this candidate stays out of the election")
-.default("30s");
 pub const LOG_FORMAT: Spec = spec(
     "log_format",
     "--log-format",
@@ -357,10 +296,11 @@ pub const LOG_LEVEL: Spec = spec("log_level", "--log-level", "RUST_LOG", "log.le
 /// Every option, in the order of `--help`, `check` and the docs.
 /// The common options before the backends' (in `--help`, the manual and
 /// `check`).
-pub const HEAD: [&Spec; 5] = [&CONFIG, &KEY, &ID, &PRIORITY, &HANDOVER_DELAY];
+pub const HEAD: [&Spec; 3] = [&CONFIG, &KEY, &ID];
 
-/// The common options after the backends'.
-pub const TAIL: [&Spec; 27] = [
+/// The common options after the backends' (the features of the work's
+/// section follow them).
+pub const TAIL: [&Spec; 11] = [
     &TTL,
     &RENEW_INTERVAL,
     &RENEW_DEADLINE,
@@ -372,132 +312,12 @@ pub const TAIL: [&Spec; 27] = [
     &RESTART_LIMIT,
     &WAIT,
     &CHILD_COMMAND,
-    &WEBHOOK,
-    &WEBHOOK_SECRET_FILE,
-    &WEBHOOK_SECRET,
-    &health::URL,
-    &health::COMMAND,
-    &health::INTERVAL,
-    &health::TIMEOUT,
-    &health::FAILURES,
-    &health::SUCCESSES,
-    &health::START_PERIOD,
-    &health::POLICY,
-    &health::TARGET,
-    &ADMIN_SOCKET,
-    &STEP_DOWN_HOLD,
-    &LOG_FORMAT,
-    &LOG_LEVEL,
 ];
+
+/// The common options last of all.
+pub const END: [&Spec; 2] = [&LOG_FORMAT, &LOG_LEVEL];
 
 /// The option of `all` with TOML key `key`.
 pub fn by_key(all: &[&'static Spec], key: &str) -> Option<&'static Spec> {
     all.iter().copied().find(|s| s.key == Some(key))
-}
-
-/// The worker health check's rows (resolved in `config::health`).
-pub mod health {
-    use super::{Spec, spec};
-
-    const HEALTH: &str = "Worker health";
-
-    pub const URL: Spec = spec("health_url", "--health", "LEADERD_HEALTH", "health.url")
-        .value("URL")
-        .under(HEALTH)
-        .help("Lead only while this URL answers 2xx to a GET (the worker's readiness endpoint)");
-    pub const COMMAND: Spec = spec(
-        "health_command",
-        "--health-command",
-        "LEADERD_HEALTH_COMMAND",
-        "health.command",
-    )
-    .value("CMD")
-    .under(HEALTH)
-    .help("Lead only while this command exits 0; split like a shell's words, run without a shell");
-    pub const INTERVAL: Spec = spec(
-        "health_interval",
-        "--health-interval",
-        "LEADERD_HEALTH_INTERVAL",
-        "health.interval",
-    )
-    .value("DUR")
-    .under(HEALTH)
-    .help("Time between the starts of two health checks")
-    .default("2s");
-    pub const TIMEOUT: Spec = spec(
-        "health_timeout",
-        "--health-timeout",
-        "LEADERD_HEALTH_TIMEOUT",
-        "health.timeout",
-    )
-    .value("DUR")
-    .under(HEALTH)
-    .help("A check not answered within this fails (a command is killed, with its process group)")
-    .default("1s, at most the interval");
-    pub const FAILURES: Spec = spec(
-        "health_failures",
-        "--health-failures",
-        "LEADERD_HEALTH_FAILURES",
-        "health.failures",
-    )
-    .value("N")
-    .under(HEALTH)
-    .help("Unhealthy after N failed checks in a row")
-    .default("3");
-    pub const SUCCESSES: Spec = spec(
-        "health_successes",
-        "--health-successes",
-        "LEADERD_HEALTH_SUCCESSES",
-        "health.successes",
-    )
-    .value("N")
-    .under(HEALTH)
-    .help("Healthy again after N passed checks in a row")
-    .default("1");
-    pub const START_PERIOD: Spec = spec(
-        "health_start_period",
-        "--health-start-period",
-        "LEADERD_HEALTH_START_PERIOD",
-        "health.start_period",
-    )
-    .value("DUR")
-    .under(HEALTH)
-    .help("Failures are not counted this long after leaderd (or, with a child, the child) started")
-    .default("0s");
-    pub const POLICY: Spec = spec(
-        "health_policy",
-        "--health-policy",
-        "LEADERD_HEALTH_POLICY",
-        "health.policy",
-    )
-    .value("POLICY")
-    .under(HEALTH)
-    .help("gate: an unhealthy worker's candidate does not campaign, and a leader steps down; report: only show it")
-    .choices(&["gate", "report"])
-    .default("gate");
-
-    pub const TARGET: Spec = spec(
-        "health_target",
-        "--health-target",
-        "LEADERD_HEALTH_TARGET",
-        "health.target",
-    )
-    .value("WHAT")
-    .under(HEALTH)
-    .help("worker: a worker beside leaderd, checked from the start, no campaign before a first pass; child: the child itself, checked only while it runs (standbys count as healthy)")
-    .choices(&["worker", "child"])
-    .default("worker");
-
-    /// The rows, in the order of `--help`, `check` and the docs.
-    pub const OPTIONS: [&Spec; 9] = [
-        &URL,
-        &COMMAND,
-        &INTERVAL,
-        &TIMEOUT,
-        &FAILURES,
-        &SUCCESSES,
-        &START_PERIOD,
-        &POLICY,
-        &TARGET,
-    ];
 }

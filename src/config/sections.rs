@@ -1,13 +1,11 @@
-//! Resolution of the work's options: the child and the webhooks, each value
-//! with its origin.
+//! Resolution of the child's options, each value with its origin.
 
 use super::error::ConfigError;
-use super::model::{AdminConfig, ChildConfig, WebhookConfig};
+use super::model::ChildConfig;
 use super::options;
 use super::resolve::{Origin, Resolver, Value, or_default, show};
 use super::sources::Sources;
 use super::values::{self, OnChildExit, Signal};
-use std::path::PathBuf;
 use std::time::Duration;
 
 pub(super) fn child(
@@ -108,79 +106,5 @@ pub(super) fn child(
         restart_limit: restart_limit.value,
         wait: wait.map(|w| w.value),
         scrub: Vec::new(),
-    })
-}
-
-pub(super) fn admin(
-    r: &Resolver<'_>,
-    note: &mut impl FnMut(&'static str, String, &Origin),
-) -> Result<AdminConfig, ConfigError> {
-    let socket = r.scalar(&options::ADMIN_SOCKET, |p| {
-        if p.trim().is_empty() {
-            Err("the path is empty; give a socket path such as /run/leaderd/admin.sock".into())
-        } else {
-            Ok(PathBuf::from(p.trim()))
-        }
-    })?;
-    match &socket {
-        Some(s) => note(
-            "admin.socket",
-            format!("{:?}", s.value.display().to_string()),
-            &s.origin,
-        ),
-        None => note("admin.socket", "\"off\"".into(), &Origin::Default("off")),
-    }
-    let hold = r.scalar(&options::STEP_DOWN_HOLD, values::parse_duration)?;
-    let hold = or_default(hold, Duration::from_secs(30), "");
-    note(
-        "admin.step_down_hold",
-        format!("{:?}", show(hold.value)),
-        &hold.origin,
-    );
-    Ok(AdminConfig {
-        socket: socket.map(|s| s.value),
-        step_down_hold: hold.value,
-    })
-}
-
-pub(super) fn webhook(
-    r: &Resolver<'_>,
-    note: &mut impl FnMut(&'static str, String, &Origin),
-) -> Result<WebhookConfig, ConfigError> {
-    let urls = r.list(&options::WEBHOOK, values::parse_webhook_url)?;
-    let urls = or_default(urls, Vec::new(), "none");
-    note(
-        "webhook.urls",
-        format!(
-            "{:?}",
-            urls.value
-                .iter()
-                .map(|u| values::redact_url(u.as_str()))
-                .collect::<Vec<_>>()
-        ),
-        &urls.origin,
-    );
-    let secret_env = options::WEBHOOK_SECRET.env.expect("declared");
-    let secret = r.env(secret_env)?.map(values::Secret::new);
-    let secret_file = r.scalar(&options::WEBHOOK_SECRET_FILE, |p| Ok(PathBuf::from(p)))?;
-    if secret.is_some() && secret_file.is_some() {
-        return Err(ConfigError(
-            "both LEADERD_WEBHOOK_SECRET and a webhook secret file are set; choose one".into(),
-        ));
-    }
-    if secret.is_some() {
-        note("webhook.secret", "\"***\"".into(), &Origin::Env(secret_env));
-    }
-    if let Some(file) = &secret_file {
-        note(
-            "webhook.secret_file",
-            format!("{:?}", file.value.display().to_string()),
-            &file.origin,
-        );
-    }
-    Ok(WebhookConfig {
-        urls: urls.value,
-        secret,
-        secret_file: secret_file.map(|f| f.value),
     })
 }

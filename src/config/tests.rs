@@ -2,7 +2,6 @@
 //! env, with the registered backends ([`Case`] is the backends' tests' too).
 
 use super::*;
-use crate::config::Priority;
 use crate::lease::file::config::{LOCK_FILE, LockFileConfig};
 use crate::lease::redis::config::REDIS;
 use crate::timing::Timing;
@@ -12,7 +11,7 @@ use std::time::Duration;
 
 /// Every option of leaderd and of the registered backends.
 fn every() -> Vec<&'static options::Spec> {
-    all_options(&crate::lease::declared())
+    all_options(&crate::catalog())
 }
 
 /// A configuration to build: flags, env, file and secret files, all in
@@ -43,7 +42,7 @@ impl Case {
         self
     }
     pub(crate) fn file(mut self, text: &str) -> Self {
-        let all = all_options(&crate::lease::declared());
+        let all = all_options(&crate::catalog());
         self.file = Some(ConfigFile::parse("leaderd.toml", text, &all).expect("test TOML parses"));
         self
     }
@@ -66,7 +65,7 @@ impl Case {
                     .ok_or_else(|| std::io::ErrorKind::NotFound.into())
             },
         };
-        Config::from_sources(sources, &crate::lease::declared())
+        Config::from_sources(sources, &crate::catalog())
     }
     pub(crate) fn err(&self) -> String {
         self.build().expect_err("config should be refused").0
@@ -392,7 +391,7 @@ fn the_documented_secret_variables_are_the_secret_rows() {
         .take_while(|l| l.starts_with("| `"))
         .filter_map(|l| l.split('`').nth(1))
         .collect();
-    let mut declared = options::secret_envs(&all_options(&crate::lease::declared()));
+    let mut declared = options::secret_envs(&all_options(&crate::catalog()));
     let mut documented = documented;
     declared.sort();
     documented.sort();
@@ -438,7 +437,7 @@ fn the_documented_option_table_matches_the_declarations() {
             .map(str::to_string)
             .collect()
     };
-    for spec in all_options(&crate::lease::declared()) {
+    for spec in all_options(&crate::catalog()) {
         let names: Vec<&str> = [spec.flag, spec.env, spec.key]
             .into_iter()
             .flatten()
@@ -449,7 +448,7 @@ fn the_documented_option_table_matches_the_declarations() {
             "docs/configuration.md has no option-table row with {names:?}"
         );
     }
-    let every = all_options(&crate::lease::declared());
+    let every = all_options(&crate::catalog());
     for row in &rows {
         let documented = tokens(row);
         let known = documented
@@ -468,7 +467,7 @@ fn the_documented_option_table_matches_the_declarations() {
 #[test]
 fn the_example_config_shows_every_key_with_its_flag_and_env() {
     let example = include_str!("../../config/leaderd.example.toml");
-    for spec in all_options(&crate::lease::declared()) {
+    for spec in all_options(&crate::catalog()) {
         let Some(key) = spec.key else { continue };
         let leaf = key.rsplit('.').next().expect("a key");
         assert!(
@@ -494,7 +493,7 @@ fn check_names_every_option_by_its_declared_key() {
     for line in c.describe().lines() {
         let key = line.split(" = ").next().expect("key = value");
         assert!(
-            options::by_key(&all_options(&crate::lease::declared()), key).is_some(),
+            options::by_key(&all_options(&crate::catalog()), key).is_some(),
             "undeclared key in check: {line}"
         );
     }
@@ -518,35 +517,6 @@ fn option_names_are_unique_and_well_formed() {
             a.id
         );
     }
-}
-
-#[test]
-fn priority_and_handover_delay_from_flag_env_and_file() {
-    let c = Case::new().build().unwrap();
-    assert_eq!(c.priority, Priority::default());
-    assert_eq!(c.handover_delay, Duration::from_secs(10));
-    let c = Case::new()
-        .env("LEADERD_PRIORITY", "1.14.2")
-        .env("LEADERD_HANDOVER_DELAY", "5s")
-        .build()
-        .unwrap();
-    assert_eq!(c.priority, Priority::parse("1.14.2").unwrap());
-    assert_eq!(c.handover_delay, Duration::from_secs(5));
-    let c = Case::new().file("priority = 7\n").build().unwrap();
-    assert_eq!(c.priority.to_string(), "7");
-    let err = Case::new().env("LEADERD_PRIORITY", "1.14.2-rc1").err();
-    assert!(
-        err.starts_with("LEADERD_PRIORITY: `1.14.2-rc1` is not a priority"),
-        "{err}"
-    );
-    // A long TTL takes the default along; given shorter, it is an error.
-    let c = Case::new().env("LEADERD_TTL", "90s").build().unwrap();
-    assert_eq!(c.handover_delay, Duration::from_secs(30));
-    let err = Case::new().env("LEADERD_HANDOVER_DELAY", "1s").err();
-    assert!(
-        err.contains("is shorter than lease.renew_interval"),
-        "{err}"
-    );
 }
 
 /// A default bounded by another option follows it (#37): every store's
@@ -589,7 +559,7 @@ fn a_default_bounded_by_another_option_follows_it_at_its_extremes() {
             .env("LEADERD_HEALTH_INTERVAL", interval)
             .build()
             .unwrap_or_else(|e| panic!("health interval {interval}: {}", e.0));
-        let h = c.health.expect("a health check");
+        let h = crate::health::HealthConfig::of(&c).expect("a health check");
         assert!(h.timeout <= h.interval, "{interval}: {:?}", h.timeout);
         assert!(h.timeout <= Duration::from_secs(1));
     }

@@ -286,16 +286,6 @@ pub fn parse_id(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
-pub fn parse_webhook_url(text: &str) -> Result<url::Url, String> {
-    let redacted = redact_url(text);
-    let parsed = url::Url::parse(text.trim())
-        .map_err(|e| format!("`{redacted}` is not a valid URL ({e})"))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!("`{redacted}` must be an http:// or https:// URL"));
-    }
-    Ok(parsed)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

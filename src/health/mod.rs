@@ -12,15 +12,15 @@
 //! runs — standbys have none to check and count as healthy — and the start
 //! period counts from each start of the child.
 //!
-//! - `tally`: results → verdict (pure); the options and their resolution
-//!   are the configuration's (`config::health`);
-//!   `probe`: one HTTP or command check.
+//! - `options`: the feature's rows, their resolution and [`HealthConfig`];
+//!   `tally`: results → verdict (pure); `probe`: one HTTP or command check.
 
+pub mod options;
 pub mod probe;
 pub mod tally;
 
-pub use crate::config::{Checked, HealthConfig, Policy, Probe};
 use crate::metrics::Metrics;
+pub use options::{Checked, FEATURE, HealthConfig, Policy, Probe};
 use probe::Prober;
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! record, the priority and the order candidates would lead in; each backend
 //! stores records its own way ([`super::LeaseBackend::register`]).
 
-pub use crate::config::Priority;
+pub use crate::priority::Priority;
 use serde::{Deserialize, Serialize};
 
 /// One candidate's record, as stored (JSON) and as `/leader` lists it.

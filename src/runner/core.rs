@@ -13,9 +13,12 @@ use super::step_down::{Asked, step_down};
 use super::succession::Succession;
 use super::worker::{Op, Registered, Report};
 use super::{Ident, Outputs};
+use crate::admin::AdminConfig;
 use crate::config::Config;
+use crate::health::HealthConfig;
 use crate::machine::{Action, Event, Machine, Reason, State, StateName};
 use crate::metrics::Metrics;
+use crate::priority::Ranking;
 use crate::status::{Change, Changes, HeldLease, Snapshot};
 use crate::work::{Work, WorkEvent};
 use std::sync::Arc;
@@ -97,7 +100,7 @@ impl<'c> Runner<'c> {
             changes,
             metrics,
         } = outputs;
-        let (health, gate) = match (&config.health, prober) {
+        let (health, gate) = match (HealthConfig::of(config), prober) {
             (Some(c), Some(prober)) => {
                 let (health, gate) = Health::start(c, prober, &work, metrics.clone(), &status);
                 (Some(health), gate)
@@ -105,6 +108,7 @@ impl<'c> Runner<'c> {
             _ => (None, None),
         };
         let timing = config.timing;
+        let ranking = Ranking::of(config);
         let shutdown_seen = shutdown.is_cancelled();
         status.send_modify(|s| {
             s.ready = true;
@@ -138,11 +142,11 @@ impl<'c> Runner<'c> {
                 .map(|wait| Once::new(Instant::now(), wait)),
             registration: Registration::new(
                 &config.id,
-                config.priority.clone(),
+                ranking.priority.clone(),
                 timing.renew_interval,
                 timing.refused_backoff(),
             ),
-            succession: Succession::new(&config.id, config.priority.clone(), config.handover_delay),
+            succession: Succession::new(&config.id, ranking.priority, ranking.handover_delay),
             outranked: 0,
             handover: Handover::default(),
             duplicate_warned: false,
@@ -241,13 +245,13 @@ impl<'c> Runner<'c> {
                 Some(Event::WorkExited { exit })
             }
             Input::Work(WorkEvent::CrashLoop { .. }) => Some(Event::StepDown {
-                hold: config.admin.step_down_hold,
+                hold: AdminConfig::of(config).step_down_hold,
                 reason: Reason::CrashLoop,
             }),
             Input::Admin(request) => {
                 let candidates = self.registration.records.clone();
                 let after = config.timing.renew_interval + ANNOUNCED;
-                let hold = config.admin.step_down_hold;
+                let hold = AdminConfig::of(config).step_down_hold;
                 match step_down(&self.state, request, hold, (&config.id, &candidates, after)) {
                     Asked::StepDown(event) => Some(event),
                     Asked::HandOver { to, hold } => {

@@ -7,8 +7,8 @@
 //! has settled), so a rolling update moves leadership once, to the first
 //! new candidate, and a candidate that comes and goes moves nothing.
 
-use crate::config::Priority;
 use crate::lease::registry::Record;
+use crate::priority::Priority;
 use std::time::Duration;
 use tokio::time::Instant;
 

@@ -160,7 +160,7 @@ fn the_lease_value_holds_no_ownership_token_and_its_hash_cannot_renew_or_release
 /// other is set beside the lock file, which ignores it with a warning.
 #[test]
 fn no_secret_row_reaches_the_child_or_the_health_command() {
-    let declared = leaderd::lease::declared();
+    let declared = leaderd::catalog();
     let all = leaderd::config::all_options(&declared);
     let secret: Vec<&leaderd::config::options::Spec> =
         all.iter().copied().filter(|s| s.secret).collect();
@@ -184,6 +184,7 @@ fn no_secret_row_reaches_the_child_or_the_health_command() {
     for spec in secret {
         let Some(var) = spec.env else { continue };
         let chooses = declared
+            .backends
             .iter()
             .find(|d| d.selectors.iter().any(|s| s.id == spec.id));
         let (backend, value): (Vec<String>, String) = match chooses.map(|d| d.name) {

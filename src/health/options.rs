@@ -1,13 +1,117 @@
-//! The worker health check's options, each declared once (flag, env, TOML
-//! key, default, help), their resolution, and what they resolve to
-//! ([`HealthConfig`]); the checks themselves are `crate::health`'s.
+//! The worker health check as a feature: its rows, each declared once
+//! (flag, env, TOML key, default, help), their resolution, and what they
+//! resolve to ([`HealthConfig`]); the checks themselves are the rest of
+//! `crate::health`'s.
 
-use super::error::ConfigError;
-use super::options::Spec;
-use super::options::health::*;
-use super::resolve::{Origin, Resolver, Value, or_default, positive, show};
-use super::values::{parse_duration, redact_url};
+use crate::config::options::{Spec, spec};
+use crate::config::{
+    Config, ConfigError, Feature, Origin, Resolver, Section, Settings, Value, or_default,
+    parse_duration, positive, redact_url, show_duration as show,
+};
+use std::sync::Arc;
 use std::time::Duration;
+
+const HEALTH: &str = "Worker health";
+
+pub const URL: Spec = spec("health_url", "--health", "LEADERD_HEALTH", "health.url")
+    .value("URL")
+    .under(HEALTH)
+    .help("Lead only while this URL answers 2xx to a GET (the worker's readiness endpoint)");
+pub const COMMAND: Spec = spec(
+    "health_command",
+    "--health-command",
+    "LEADERD_HEALTH_COMMAND",
+    "health.command",
+)
+.value("CMD")
+.under(HEALTH)
+.help("Lead only while this command exits 0; split like a shell's words, run without a shell");
+pub const INTERVAL: Spec = spec(
+    "health_interval",
+    "--health-interval",
+    "LEADERD_HEALTH_INTERVAL",
+    "health.interval",
+)
+.value("DUR")
+.under(HEALTH)
+.help("Time between the starts of two health checks")
+.default("2s");
+pub const TIMEOUT: Spec = spec(
+    "health_timeout",
+    "--health-timeout",
+    "LEADERD_HEALTH_TIMEOUT",
+    "health.timeout",
+)
+.value("DUR")
+.under(HEALTH)
+.help("A check not answered within this fails (a command is killed, with its process group)")
+.default("1s, at most the interval");
+pub const FAILURES: Spec = spec(
+    "health_failures",
+    "--health-failures",
+    "LEADERD_HEALTH_FAILURES",
+    "health.failures",
+)
+.value("N")
+.under(HEALTH)
+.help("Unhealthy after N failed checks in a row")
+.default("3");
+pub const SUCCESSES: Spec = spec(
+    "health_successes",
+    "--health-successes",
+    "LEADERD_HEALTH_SUCCESSES",
+    "health.successes",
+)
+.value("N")
+.under(HEALTH)
+.help("Healthy again after N passed checks in a row")
+.default("1");
+pub const START_PERIOD: Spec = spec(
+    "health_start_period",
+    "--health-start-period",
+    "LEADERD_HEALTH_START_PERIOD",
+    "health.start_period",
+)
+.value("DUR")
+.under(HEALTH)
+.help("Failures are not counted this long after leaderd (or, with a child, the child) started")
+.default("0s");
+pub const POLICY: Spec = spec(
+    "health_policy",
+    "--health-policy",
+    "LEADERD_HEALTH_POLICY",
+    "health.policy",
+)
+.value("POLICY")
+.under(HEALTH)
+.help("gate: an unhealthy worker's candidate does not campaign, and a leader steps down; report: only show it")
+.choices(&["gate", "report"])
+.default("gate");
+
+pub const TARGET: Spec = spec(
+    "health_target",
+    "--health-target",
+    "LEADERD_HEALTH_TARGET",
+    "health.target",
+)
+.value("WHAT")
+.under(HEALTH)
+.help("worker: a worker beside leaderd, checked from the start, no campaign before a first pass; child: the child itself, checked only while it runs (standbys count as healthy)")
+.choices(&["worker", "child"])
+.default("worker");
+
+/// The rows, in the order of `--help`, `check` and the docs.
+pub const OPTIONS: [&Spec; 9] = [
+    &URL,
+    &COMMAND,
+    &INTERVAL,
+    &TIMEOUT,
+    &FAILURES,
+    &SUCCESSES,
+    &START_PERIOD,
+    &POLICY,
+    &TARGET,
+];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Probe {
@@ -113,10 +217,29 @@ fn parse_policy(text: &str) -> Result<Policy, String> {
     }
 }
 
+pub static FEATURE: Feature = Feature {
+    name: "the health check",
+    section: Section::Work,
+    options: &OPTIONS,
+    resolve: |x| {
+        let (r, has_child) = (x.r, x.has_child);
+        let mut note = |key, value, origin: &Origin| x.note(key, value, origin);
+        let health = resolve(r, has_child, &mut note)?;
+        Ok(health.map(|h| Arc::new(h) as Arc<dyn Settings>))
+    },
+};
+
+impl HealthConfig {
+    /// The configured health check, if any.
+    pub fn of(config: &Config) -> Option<&HealthConfig> {
+        config.features.get::<HealthConfig>()
+    }
+}
+
 /// The health check, if one is configured; the other health options alone
 /// are an error (they would silently do nothing).
 /// `has_child`: a command is configured (the child can be the target).
-pub fn resolve(
+fn resolve(
     r: &Resolver<'_>,
     has_child: bool,
     note: &mut impl FnMut(&'static str, String, &Origin),
@@ -247,7 +370,7 @@ mod tests {
             .args(|a| a.set(&URL, "http://127.0.0.1:8080/ready"))
             .build()
             .unwrap();
-        let h = c.health.expect("configured");
+        let h = HealthConfig::of(&c).expect("configured").clone();
         assert_eq!(
             h.probe,
             Probe::Http(url::Url::parse("http://127.0.0.1:8080/ready").unwrap())
@@ -277,7 +400,7 @@ mod tests {
             .env("LEADERD_HEALTH_POLICY", "report")
             .build()
             .unwrap();
-        let h = c.health.unwrap();
+        let h = HealthConfig::of(&c).unwrap().clone();
         assert_eq!(
             h.probe,
             Probe::Command(vec![
@@ -293,7 +416,7 @@ mod tests {
             .file("[health]\ncommand = \"true\"\ninterval = \"500ms\"\ntimeout = \"200ms\"\nfailures = 2\nsuccesses = 2\nstart_period = \"30s\"\n")
             .build()
             .unwrap();
-        let h = c.health.unwrap();
+        let h = HealthConfig::of(&c).unwrap().clone();
         assert_eq!(
             (
                 h.interval,
@@ -310,7 +433,7 @@ mod tests {
                 Duration::from_secs(30)
             )
         );
-        assert!(Case::new().build().unwrap().health.is_none());
+        assert!(HealthConfig::of(&Case::new().build().unwrap()).is_none());
     }
 
     #[test]

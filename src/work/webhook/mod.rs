@@ -3,6 +3,10 @@
 //! when a secret is set. Deliveries run on their own tasks with a bounded
 //! timeout and retries, so they never delay renewal or stopping.
 
+pub mod options;
+
+pub use options::{FEATURE, WebhookConfig};
+
 use crate::metrics::Metrics;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;

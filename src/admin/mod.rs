@@ -8,6 +8,10 @@
 //! `not-leader: …`, `refused: …` (no such candidate to hand over to) or
 //! `error: …`.
 
+pub mod options;
+
+pub use options::{AdminConfig, FEATURE};
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};

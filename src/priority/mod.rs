@@ -2,6 +2,10 @@
 //! compared component by component. The candidates registry carries it,
 //! and a leader hands over to a healthy candidate of higher priority.
 
+mod options;
+
+pub use options::{FEATURE, HANDOVER_DELAY, PRIORITY, Ranking};
+
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::fmt;
