@@ -2,17 +2,17 @@
 //! each with its own data directory; killed, paused, restarted for real.
 //! The fixture's own requests go through `etcdctl`.
 
+use super::process::Process;
 use super::{eventually, free_port};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 pub struct Member {
     pub name: String,
     pub client_port: u16,
     peer_port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
+    process: Process,
     initial_cluster: String,
     tls: Option<Tls>,
 }
@@ -49,14 +49,15 @@ impl Etcd {
                 name: format!("m{i}"),
                 client_port: *client,
                 peer_port: *peer,
-                dir: std::env::temp_dir().join(format!("leaderd-test-etcd-{tag}-m{i}")),
-                child: None,
+                process: Process::new(
+                    std::env::temp_dir().join(format!("leaderd-test-etcd-{tag}-m{i}")),
+                ),
                 initial_cluster: initial_cluster.clone(),
                 tls: None,
             })
             .collect();
         for m in &mut members {
-            let _ = std::fs::remove_dir_all(&m.dir);
+            let _ = std::fs::remove_dir_all(m.process.dir());
             m.launch();
         }
         let etcd = Etcd { members };
@@ -71,11 +72,10 @@ impl Etcd {
             name: "m0".into(),
             client_port: client,
             peer_port: peer,
-            dir: std::env::temp_dir().join(format!(
+            process: Process::new(std::env::temp_dir().join(format!(
                 "leaderd-test-etcd-tls-{}",
                 super::os::below(1 << 30)
-            )),
-            child: None,
+            ))),
             initial_cluster: format!("m0=http://127.0.0.1:{peer}"),
             tls: Some(tls),
         };
@@ -110,7 +110,7 @@ impl Etcd {
         let endpoints: Vec<String> = self
             .members
             .iter()
-            .filter(|m| m.child.is_some())
+            .filter(|m| m.process.is_running())
             .map(Member::url)
             .collect();
         let mut cmd = Command::new("etcdctl");
@@ -166,7 +166,11 @@ impl Member {
     }
 
     fn launch(&mut self) {
-        let state = if self.dir.exists() { "existing" } else { "new" };
+        let state = if self.process.dir().exists() {
+            "existing"
+        } else {
+            "new"
+        };
         let mut cmd = Command::new("etcd");
         if let Some(tls) = &self.tls {
             cmd.args(["--cert-file", super::path_str(&tls.cert)])
@@ -181,7 +185,7 @@ impl Member {
         }
         let child = cmd
             .args(["--name", &self.name])
-            .args(["--data-dir", super::path_str(&self.dir)])
+            .args(["--data-dir", super::path_str(self.process.dir())])
             .args(["--listen-client-urls", &self.url()])
             .args(["--advertise-client-urls", &self.url()])
             .args([
@@ -202,41 +206,24 @@ impl Member {
             .stderr(Stdio::null())
             .spawn()
             .expect("etcd is installed (scripts/test installs etcd-server)");
-        self.child = Some(child);
+        self.process.started(child);
     }
 
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     pub fn restart(&mut self) {
-        self.kill();
+        self.process.kill();
         self.launch();
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
     pub fn pause(&self) {
-        super::os::kill(self.pid(), libc::SIGSTOP);
+        self.process.pause();
     }
 
     pub fn resume(&self) {
-        super::os::kill(self.pid(), libc::SIGCONT);
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        if let Some(child) = &self.child {
-            super::os::kill(child.id(), libc::SIGCONT);
-        }
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.process.resume();
     }
 }
 

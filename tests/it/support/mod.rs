@@ -10,6 +10,7 @@ mod leaderd;
 pub mod os;
 pub mod postgres;
 mod probe;
+mod process;
 pub mod prometheus;
 pub mod proxy;
 mod receiver;

@@ -1,16 +1,17 @@
 //! A `redis-server` per test on a free loopback port, with no persistence:
 //! started, paused, killed and restarted by the tests, and its own commands.
 
-use super::{free_port, path_str, send_signal};
+use super::process::Process;
+use super::{free_port, path_str};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// A `redis-server` on a free loopback port, with no persistence.
 pub struct Redis {
     pub port: u16,
-    child: Option<Child>,
+    process: Process,
     /// Extra `redis-server` arguments, kept for restarts.
     extra: Vec<String>,
     /// For a TLS-only server: how the fixture's own commands connect.
@@ -39,7 +40,7 @@ impl Redis {
     pub fn start_on(port: u16, extra: &[&str]) -> Redis {
         let mut redis = Redis {
             port,
-            child: None,
+            process: Process::new(redis_dir(port)),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             tls: None,
         };
@@ -60,7 +61,7 @@ impl Redis {
         args.extend(extra);
         let mut redis = Redis {
             port,
-            child: None,
+            process: Process::new(redis_dir(port)),
             extra: args,
             tls: Some(client),
         };
@@ -102,7 +103,7 @@ impl Redis {
         );
         // Keep draining its log so it never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        self.child = Some(child);
+        self.process.started(child);
     }
 
     pub fn url(&self) -> String {
@@ -116,7 +117,7 @@ impl Redis {
 
     /// This server's working directory, made on first use.
     fn dir(&self) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("leaderd-test-redis-{}", self.port));
+        let dir = self.process.dir().clone();
         std::fs::create_dir_all(&dir).expect("redis dir");
         dir
     }
@@ -174,7 +175,7 @@ impl Redis {
 
     /// Not killed (a paused server still runs).
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        self.process.is_running()
     }
 
     pub fn pttl(&self, key: &str) -> i64 {
@@ -184,38 +185,26 @@ impl Redis {
             .expect("PTTL")
     }
 
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
     pub fn pause(&self) {
-        send_signal(self.pid(), "STOP");
+        self.process.pause();
     }
 
     pub fn resume(&self) {
-        send_signal(self.pid(), "CONT");
+        self.process.resume();
     }
 
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// Starts again on the same port, empty.
     pub fn restart(&mut self) {
-        self.kill();
+        self.process.kill();
         self.launch();
     }
 }
 
-impl Drop for Redis {
-    fn drop(&mut self) {
-        if let Some(child) = &self.child {
-            send_signal(child.id(), "CONT");
-        }
-        self.kill();
-        let _ = std::fs::remove_dir_all(self.dir());
-    }
+/// A server's working directory, by its port.
+fn redis_dir(port: u16) -> PathBuf {
+    std::env::temp_dir().join(format!("leaderd-test-redis-{port}"))
 }

@@ -4,11 +4,12 @@
 //! requests go through the same client crate leaderd uses, on a runtime of
 //! their own.
 
+use super::process::Process;
 use super::{eventually, free_port};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// The fixture's tickTime: sessions between 2 and 60 ticks' worth are
@@ -22,8 +23,7 @@ pub struct Server {
     pub client_port: u16,
     /// The TLS port (`secureClientPort`), beside the plain one.
     pub secure_port: Option<u16>,
-    dir: PathBuf,
-    child: Option<Child>,
+    process: Process,
 }
 
 pub struct ZooKeeper {
@@ -68,15 +68,16 @@ impl ZooKeeper {
                 .map(|(i, (client, _, _))| Server {
                     client_port: *client,
                     secure_port: None,
-                    dir: std::env::temp_dir().join(format!("leaderd-test-zk-{tag}-{i}")),
-                    child: None,
+                    process: Process::new(
+                        std::env::temp_dir().join(format!("leaderd-test-zk-{tag}-{i}")),
+                    ),
                 })
                 .collect(),
             members,
             tls: String::new(),
         };
         for s in &zk.servers {
-            let _ = std::fs::remove_dir_all(&s.dir);
+            let _ = std::fs::remove_dir_all(s.process.dir());
         }
         zk.launch_all();
         zk
@@ -99,8 +100,7 @@ impl ZooKeeper {
             servers: vec![Server {
                 client_port: free_port(),
                 secure_port: Some(secure),
-                dir,
-                child: None,
+                process: Process::new(dir),
             }],
             members: String::new(),
             tls: format!(
@@ -139,7 +139,7 @@ impl ZooKeeper {
 
     fn configure(&self, i: usize) {
         let s = &self.servers[i];
-        let data = s.dir.join("data");
+        let data = s.process.dir().join("data");
         std::fs::create_dir_all(&data).expect("a ZooKeeper data directory");
         std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
         let cfg = format!(
@@ -151,7 +151,7 @@ impl ZooKeeper {
             self.members,
             self.tls
         );
-        std::fs::write(s.dir.join("zoo.cfg"), cfg).expect("zoo.cfg");
+        std::fs::write(s.process.dir().join("zoo.cfg"), cfg).expect("zoo.cfg");
     }
 
     /// The connect string of every server, and `/chroot` when given.
@@ -169,10 +169,14 @@ impl ZooKeeper {
             let modes: Vec<String> = self
                 .servers
                 .iter()
-                .filter(|s| s.child.is_some())
+                .filter(|s| s.process.is_running())
                 .filter_map(Server::mode)
                 .collect();
-            let running = self.servers.iter().filter(|s| s.child.is_some()).count();
+            let running = self
+                .servers
+                .iter()
+                .filter(|s| s.process.is_running())
+                .count();
             (modes.len() == running && modes.iter().any(|m| m == "leader" || m == "standalone"))
                 .then_some(())
         });
@@ -182,7 +186,7 @@ impl ZooKeeper {
     pub fn leader(&self) -> Option<usize> {
         self.servers
             .iter()
-            .position(|s| s.child.is_some() && s.mode().as_deref() == Some("leader"))
+            .position(|s| s.process.is_running() && s.mode().as_deref() == Some("leader"))
     }
 
     /// Runs `f` with a session on the ensemble (the fixture's own).
@@ -290,12 +294,12 @@ async fn eventually_async(connect: &str) -> zookeeper_client::Client {
 
 impl Server {
     fn launch(&mut self) {
-        let cfg = self.dir.join("zoo.cfg");
+        let cfg = self.process.dir().join("zoo.cfg");
         let child = Command::new("java")
             .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
             .arg(format!(
                 "-Dzookeeper.log.dir={}",
-                super::path_str(&self.dir)
+                super::path_str(self.process.dir())
             ))
             // Netty's codec, which the TLS port needs, is missing from the
             // jar's own class path in Debian's package.
@@ -309,7 +313,7 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("java and ZooKeeper are installed (scripts/test installs zookeeper)");
-        self.child = Some(child);
+        self.process.started(child);
     }
 
     /// A four-letter command's reply (`srvr`, `ruok`, `mntr`).
@@ -331,36 +335,21 @@ impl Server {
     }
 
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            super::os::kill(child.id(), libc::SIGCONT);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// kill -9 and start again on the same port and data.
     pub fn restart(&mut self) {
-        self.kill();
+        self.process.kill();
         self.launch();
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
     pub fn pause(&self) {
-        super::os::kill(self.pid(), libc::SIGSTOP);
+        self.process.pause();
     }
 
     pub fn resume(&self) {
-        super::os::kill(self.pid(), libc::SIGCONT);
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.process.resume();
     }
 }
 
