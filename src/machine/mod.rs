@@ -8,17 +8,7 @@
 //! every state handles.
 
 #[cfg(test)]
-mod health;
-#[cfg(test)]
-mod ranks;
-#[cfg(test)]
-mod sequences;
-#[cfg(test)]
-mod sweeps;
-#[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod walks;
 
 use crate::timing::Timing;
 use std::fmt;

@@ -3,8 +3,8 @@
 //! its candidate never campaigns, a leader whose worker turns unhealthy
 //! steps down, releases and holds off, and a shutdown is never forgotten.
 
-use super::tests::{events, lease, machine, names, states};
-use super::*;
+use super::{events, lease, machine, names, states};
+use crate::machine::*;
 use std::collections::HashSet;
 
 const MS: Duration = Duration::from_millis(1);

@@ -1,6 +1,14 @@
-//! The machine, tested as a table and as a sweep over every state × event.
+//! The machine's tests, kept in a folder of their own so they are not
+//! mistaken for its code: a table and the helpers here; sweeps over every
+//! state × event, walks, sequences, health gating and ranks beside them.
 
-use super::*;
+mod health;
+mod ranks;
+mod sequences;
+mod sweeps;
+mod walks;
+
+use crate::machine::*;
 
 const MS: Duration = Duration::from_millis(1);
 

@@ -3,8 +3,8 @@
 //! outranks it does not defer; leading is not affected (the runner hands
 //! over by a step-down). Tested as a table and over sequences.
 
-use super::tests::{OUTRANKED, events, lease, machine, names, states};
-use super::*;
+use super::{OUTRANKED, events, lease, machine, names, states};
+use crate::machine::*;
 use std::collections::HashSet;
 
 const MS: Duration = Duration::from_millis(1);

@@ -3,8 +3,8 @@
 //! hold along a whole path. Issue #10 found a shutdown forgotten three steps
 //! after it was requested; a sweep of single steps cannot see that.
 
-use super::tests::{events, machine, names, states};
-use super::*;
+use super::{events, machine, names, states};
+use crate::machine::*;
 use std::collections::HashSet;
 
 const MS: Duration = Duration::from_millis(1);

@@ -1,8 +1,8 @@
 //! Sweeps over every state × event: shutdown always ends released, and the
 //! invariants hold after any event in any state.
 
-use super::tests::{events, machine, names, states};
-use super::*;
+use super::{events, machine, names, states};
+use crate::machine::*;
 
 const MS: Duration = Duration::from_millis(1);
 

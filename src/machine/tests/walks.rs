@@ -2,8 +2,8 @@
 //! refusal, renewals that succeed, fail and are lost, a shutdown while
 //! leading, the child's exit policies, release notices, a step-down.
 
-use super::tests::{lease, machine, names, states};
-use super::*;
+use super::{lease, machine, names, states};
+use crate::machine::*;
 
 const MS: Duration = Duration::from_millis(1);
 
