@@ -12,7 +12,7 @@
 //! - [`runner`]: the one async loop that feeds the machine events and performs
 //!   its actions against [`lease`] (the [`lease::LeaseBackend`] trait, and a
 //!   folder per backend owning its options, client, wake-ups and `check`:
-//!   `redis/` with Sentinel, Cluster and `redlock/`, `postgres/`, `etcd/`,
+//!   `redis/` with Sentinel and Cluster, `redlock/`, `postgres/`, `etcd/`,
 //!   `zookeeper/`, `file/` the lock file; [`lease::BACKENDS`] lists them) and [`work`]
 //!   (the child behind its guard, webhooks).
 //! - [`health`]: the worker's health check, a driver whose verdicts the

@@ -16,6 +16,13 @@ pub struct Timing {
 }
 
 impl Timing {
+    /// The TTL in whole milliseconds, as the stores take it (`PX`, an
+    /// interval in SQL, an expiry in a record). A TTL is validated to be far
+    /// below `u64::MAX` ms.
+    pub fn ttl_ms(&self) -> u64 {
+        self.ttl.as_millis() as u64
+    }
+
     /// Allowance for clock-rate differences between us and Redis: `ttl × 1% + 2ms`.
     pub fn drift(&self) -> Duration {
         self.ttl / 100 + Duration::from_millis(2)

@@ -37,7 +37,9 @@ impl Common {
 /// them), the names its contract scenes run under, and how to open it from
 /// the settings it resolved (`None`: not its settings).
 pub struct BackendEntry {
-    pub declared: &'static Declared,
+    /// Its options and their resolution; `None`: chosen by another
+    /// backend's options (Redlock: the Redis options with several URLs).
+    pub declared: Option<&'static Declared>,
     pub names: &'static [&'static str],
     pub open: Open,
     /// Log targets of its client library that log every reconnection
@@ -192,6 +194,21 @@ impl Error {
     pub fn needs_a_person(&self) -> bool {
         self.is_misconfiguration() || matches!(self, Error::Blocked { .. })
     }
+
+    /// The answer may simply not have come back (a timeout, a dropped
+    /// connection): the same request again may land.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Timeout { .. } | Error::Connection { .. })
+    }
+
+    /// The `result` label of a failed operation in the metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Error::Timeout { .. } => "timeout",
+            Error::UnderReplicated { .. } => "under_replicated",
+            _ => "error",
+        }
+    }
 }
 
 /// What a release watcher's single watch returns ([`rewatch`]): boxed, so
@@ -265,14 +282,10 @@ pub trait LeaseBackend: Send {
 
     async fn peek(&mut self) -> Result<Peek, Error>;
 
-    /// Starts a task that sends `()` whenever a release makes the lease worth
-    /// trying now, until `stop`. `None`: waiters rely on their timers.
-    fn watch_releases(
-        &self,
-        _retry: Duration,
-        _notices: mpsc::UnboundedSender<()>,
-        _stop: CancellationToken,
-    ) -> Option<JoinHandle<()>> {
+    /// Starts a task that wakes the runner whenever a release makes the
+    /// lease worth trying now, until `wakeups.stop`. `None`: waiters rely on
+    /// their timers.
+    fn watch_releases(&self, _wakeups: Wakeups) -> Option<JoinHandle<()>> {
         None
     }
 
@@ -331,4 +344,20 @@ pub(crate) fn new_token() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the OS random source is available on Linux");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a release watcher is handed: where its wake-ups go, how long it
+/// waits before watching again after a failure, and when it stops.
+#[derive(Clone, Debug)]
+pub struct Wakeups {
+    pub notices: mpsc::UnboundedSender<()>,
+    pub retry: Duration,
+    pub stop: CancellationToken,
+}
+
+impl Wakeups {
+    /// Wakes the runner; `false`: nobody listens any more.
+    pub fn wake(&self) -> bool {
+        self.notices.send(()).is_ok()
+    }
 }

@@ -4,7 +4,8 @@
 //!
 //! Each backend is one module: [`file`](mod@file) (the embedded lock file),
 //! [`redis`] (one Redis server, or its Sentinel or Cluster deployment),
-//! [`redis::redlock`] (a majority of several independent Redis masters),
+//! [`redlock`] (a majority of several independent Redis masters, chosen by
+//! the Redis options with several URLs and sharing the Redis client code),
 //! [`postgres`] (a lease table, optionally with a session advisory lock),
 //! [`etcd`] (a key bound to an etcd lease, its revision the fencing token)
 //! and [`zookeeper`] (a queue of ephemeral sequential nodes and a lease
@@ -28,17 +29,21 @@
 pub mod contract;
 pub mod etcd;
 pub mod file;
+pub mod options;
 mod pem;
 pub mod postgres;
 pub mod redis;
+pub mod redlock;
 pub mod registry;
 mod rewatch;
+pub mod scratch;
 pub(crate) mod vacancy;
 pub mod zookeeper;
 
 pub(crate) use contract::new_token;
 pub use contract::{
     Acquire, BackendEntry, BoxFuture, Common, Error, Holder, LeaseBackend, Nodes, Peek, Renew,
+    Wakeups,
 };
 
 use crate::config::{Config, Declared};
@@ -46,6 +51,7 @@ use crate::config::{Config, Declared};
 /// Every backend, in the order `--help` lists their options.
 pub const BACKENDS: &[&BackendEntry] = &[
     &redis::ENTRY,
+    &redlock::ENTRY,
     &postgres::ENTRY,
     &etcd::ENTRY,
     &zookeeper::ENTRY,
@@ -63,7 +69,7 @@ pub fn chatty_logs() -> Vec<&'static str> {
 
 /// Every backend's options and their resolution, for the configuration.
 pub fn declared() -> Vec<&'static Declared> {
-    BACKENDS.iter().map(|r| r.declared).collect()
+    BACKENDS.iter().filter_map(|r| r.declared).collect()
 }
 
 /// Every backend by the names its contract scenes run under.

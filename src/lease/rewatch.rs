@@ -4,10 +4,8 @@
 //! (a missing permission would otherwise go unnoticed: waiters still work,
 //! only slower, on their timers), then quietly.
 
-use super::contract::BoxFuture;
-use std::time::Duration;
+use super::contract::{BoxFuture, Wakeups};
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 /// Why a watch failed, and whether the store refused our credentials or
 /// permissions: then the next try waits as long as the lease's own
@@ -48,10 +46,10 @@ pub(crate) enum Watch {
 pub(crate) fn spawn<S: Send + 'static>(
     mut state: S,
     server: String,
-    retry: Duration,
-    stop: CancellationToken,
+    wakeups: &Wakeups,
     once: for<'a> fn(&'a mut S) -> BoxFuture<'a, Result<Watch, Failed>>,
 ) -> JoinHandle<()> {
+    let (retry, stop) = (wakeups.retry, wakeups.stop.clone());
     tokio::spawn(async move {
         let mut warned = false;
         loop {

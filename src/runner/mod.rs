@@ -4,8 +4,8 @@
 //! time on a worker task, so a slow store never blocks timers, signals or
 //! the work; their results come back as inputs.
 
-mod core;
 mod decide;
+mod election;
 mod health;
 mod log;
 mod registry;
@@ -16,12 +16,12 @@ mod worker;
 
 pub use decide::EXIT_NOT_LEADER;
 
-use self::core::{Input, Runner, Waits};
 use crate::config::Config;
-use crate::lease::LeaseBackend;
+use crate::lease::{LeaseBackend, Wakeups};
 use crate::metrics::Metrics;
 use crate::status::{Changes, Snapshot};
 use crate::work::{Work, WorkEvent};
+use election::{Input, Runner, Waits};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -61,8 +61,11 @@ pub async fn run(
 ) -> Option<i32> {
     let (notice_tx, notices) = mpsc::unbounded_channel();
     let stop_watching = CancellationToken::new();
-    let retry = config.timing.retry_interval;
-    let watcher = backend.watch_releases(retry, notice_tx, stop_watching.clone());
+    let watcher = backend.watch_releases(Wakeups {
+        notices: notice_tx,
+        retry: config.timing.retry_interval,
+        stop: stop_watching.clone(),
+    });
     let (ops, answers, worker) = worker::spawn(backend, outputs.metrics.clone());
     let mut channels = Channels {
         answers,

@@ -67,7 +67,7 @@ async fn work(
             Op::Renew => Report::Renew(backend.renew().await),
             Op::Register(me) => {
                 let result = backend.register(Some(&me)).await;
-                let outcome = result.as_ref().map_or_else(failure, |_| "ok");
+                let outcome = result.as_ref().map_or_else(lease::Error::label, |_| "ok");
                 metrics.lease_op("register", outcome, started.elapsed());
                 metrics.backend_nodes(backend.nodes());
                 if registered.send(result).is_err() {
@@ -83,10 +83,7 @@ async fn work(
             }
             Op::Release => {
                 let mut result = backend.release().await;
-                if matches!(
-                    result,
-                    Err(lease::Error::Timeout { .. } | lease::Error::Connection { .. })
-                ) {
+                if result.as_ref().is_err_and(lease::Error::is_transient) {
                     // One more try: a release that lands spares the others a
                     // wait of a whole TTL.
                     result = backend.release().await;
@@ -109,7 +106,7 @@ async fn work(
 impl Report {
     /// The operation and its result, as metric labels.
     pub(super) fn outcome(&self) -> (&'static str, &'static str) {
-        let failed = failure;
+        let failed = lease::Error::label;
         match self {
             Report::Acquire(Ok(Acquire::Won { .. })) => ("acquire", "ok"),
             Report::Acquire(Ok(Acquire::Held { .. })) => ("acquire", "held"),
@@ -121,14 +118,5 @@ impl Report {
             Report::Release(Ok(false)) => ("release", "lost"),
             Report::Release(Err(e)) => ("release", failed(e)),
         }
-    }
-}
-
-/// A failed operation's `result` label.
-fn failure(e: &lease::Error) -> &'static str {
-    match e {
-        lease::Error::Timeout { .. } => "timeout",
-        lease::Error::UnderReplicated { .. } => "under_replicated",
-        _ => "error",
     }
 }

@@ -4,8 +4,8 @@
 
 use super::EtcdLease;
 use super::client::{Client, int, uint};
-use crate::lease::contract::LeaseBackend;
-use crate::lease::contract::{Acquire, Error, Renew};
+use crate::lease::contract::Error;
+use crate::lease::scratch::exercise;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -76,21 +76,11 @@ impl EtcdLease {
             &self.id,
             self.timing,
         );
-        let key = scratch.keys.leader.clone();
-        let token = match scratch.acquire().await? {
-            Acquire::Won { fencing_token, .. } => fencing_token,
-            Acquire::Held { holder, .. } => {
-                return Ok(format!(
-                    "the scratch key {key} is held by {} (another check running?); acquire not exercised",
-                    holder.id.as_deref().unwrap_or("another program")
-                ));
-            }
-        };
-        let renewed = matches!(scratch.renew().await?, Renew::Renewed { .. });
-        scratch.release().await?;
-        Ok(format!(
-            "acquire, renew{} and release work on the scratch key {key} (fencing token {token}, its revision)",
-            if renewed { "" } else { " (lost!)" }
-        ))
+        let place = format!("the scratch key {}", scratch.keys.leader);
+        let verbs = ["acquire", "renew", "release"];
+        let outcome = exercise(&mut scratch).await?;
+        Ok(outcome.line(verbs, &place, |t| {
+            format!("fencing token {t}, its revision")
+        }))
     }
 }

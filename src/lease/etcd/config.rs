@@ -5,6 +5,7 @@
 
 use crate::config::options::{BACKEND, Spec, spec};
 use crate::config::{Backend, ConfigError, Declared, Origin, Resolving, Secret, or_default};
+use crate::lease::options::StoreOptions;
 use std::time::Duration;
 
 #[derive(Debug, Clone)]

@@ -25,6 +25,7 @@ mod term;
 mod wake;
 
 use crate::config::Backend;
+use crate::lease::contract::Wakeups;
 use crate::lease::contract::open_as;
 use crate::lease::contract::{
     Acquire, BackendEntry, Common, Error, Holder, LeaseBackend, Peek, Renew,
@@ -37,10 +38,8 @@ use config::EtcdConfig;
 use serde_json::{Value, json};
 use std::time::Duration;
 use term::{Current, Keys, Look};
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 pub struct EtcdLease {
     client: Client,
@@ -69,7 +68,7 @@ fn nobody() -> Holder {
 
 /// etcd: a key bound to an etcd lease.
 pub const ENTRY: BackendEntry = BackendEntry {
-    declared: &config::DECLARED,
+    declared: Some(&config::DECLARED),
     names: &["etcd"],
     open,
     chatty_logs: &[],
@@ -106,7 +105,7 @@ impl EtcdLease {
 
     /// etcd grants whole seconds: the TTL rounded up.
     fn ttl_secs(&self) -> i64 {
-        let ms = self.timing.ttl.as_millis() as i64;
+        let ms = self.timing.ttl_ms() as i64;
         (ms + 999) / 1000
     }
 
@@ -277,7 +276,7 @@ impl LeaseBackend for EtcdLease {
     }
 
     fn notes(&self) -> Vec<String> {
-        let ms = self.timing.ttl.as_millis();
+        let ms = self.timing.ttl_ms();
         if ms.is_multiple_of(1000) {
             return Vec::new();
         }
@@ -428,20 +427,9 @@ impl LeaseBackend for EtcdLease {
         self.registry.candidates(&mut self.client).await
     }
 
-    fn watch_releases(
-        &self,
-        retry: Duration,
-        notices: mpsc::UnboundedSender<()>,
-        stop: CancellationToken,
-    ) -> Option<JoinHandle<()>> {
+    fn watch_releases(&self, wakeups: Wakeups) -> Option<JoinHandle<()>> {
         let client = Client::new(&self.client.config).ok()?;
-        Some(wake::watch(
-            client,
-            self.keys.leader.clone(),
-            retry,
-            notices,
-            stop,
-        ))
+        Some(wake::watch(client, self.keys.leader.clone(), wakeups))
     }
 
     async fn self_check(&mut self) -> Result<Vec<String>, Error> {

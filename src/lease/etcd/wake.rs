@@ -6,22 +6,16 @@
 //! have gone while it was not watching.
 
 use super::client::{Client, b64};
+use crate::lease::contract::Wakeups;
 use crate::lease::rewatch::{Failed, Watch};
 use serde_json::{Value, json};
-use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-pub(super) fn watch(
-    client: Client,
-    key: String,
-    retry: Duration,
-    notices: mpsc::UnboundedSender<()>,
-    stop: CancellationToken,
-) -> JoinHandle<()> {
+pub(super) fn watch(client: Client, key: String, wakeups: Wakeups) -> JoinHandle<()> {
     let server = client.shown.clone();
-    crate::lease::rewatch::spawn((client, key, notices), server, retry, stop, |(c, k, n)| {
+    let state = (client, key, wakeups.notices.clone());
+    crate::lease::rewatch::spawn(state, server, &wakeups, |(c, k, n)| {
         Box::pin(async move {
             let outcome = follow(c, k, n).await;
             // Ended or failed: the next watch goes to the next member.

@@ -25,6 +25,7 @@ use super::contract::{Acquire, BackendEntry, Common, Error, Holder, LeaseBackend
 use super::registry::Record;
 use super::vacancy::{Vacancies, Verdict};
 use crate::config::Backend;
+use crate::lease::contract::Wakeups;
 use crate::lease::contract::open_as;
 use crate::private;
 use config::LockFileConfig;
@@ -33,10 +34,8 @@ use std::io::{Read, Seek, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 /// How soon a refused candidate looks again. A lock file has no TTL to wait
 /// for, and a try-lock costs one system call.
@@ -81,7 +80,7 @@ struct Content {
 
 /// The embedded lock file.
 pub const ENTRY: BackendEntry = BackendEntry {
-    declared: &config::DECLARED,
+    declared: Some(&config::DECLARED),
     names: &["lock-file"],
     open,
     chatty_logs: &[],
@@ -431,12 +430,8 @@ impl LeaseBackend for FileLease {
     /// (deleted, replaced): the holder then checks its lease at once, rather
     /// than at its next renewal. Releases leave the file, so waiters find
     /// them by polling.
-    fn watch_releases(
-        &self,
-        _retry: Duration,
-        notices: mpsc::UnboundedSender<()>,
-        stop: CancellationToken,
-    ) -> Option<JoinHandle<()>> {
+    fn watch_releases(&self, wakeups: Wakeups) -> Option<JoinHandle<()>> {
+        let Wakeups { notices, stop, .. } = wakeups;
         let path = self.path.clone();
         Some(tokio::spawn(async move {
             let mut last = identity(&path);

@@ -4,8 +4,8 @@
 
 use super::config::PgMode;
 use super::{PgLease, advisory, sql};
-use crate::lease::contract::LeaseBackend;
-use crate::lease::contract::{Acquire, Error, Renew};
+use crate::lease::contract::Error;
+use crate::lease::scratch::exercise;
 use tokio_postgres::types::Type;
 
 /// `idle_session_timeout` arrived in PostgreSQL 14.
@@ -172,21 +172,9 @@ impl PgLease {
             timing: self.timing,
             shown: self.shown.clone(),
         };
-        let key = scratch.key.clone();
-        let fencing = match scratch.acquire().await? {
-            Acquire::Won { fencing_token, .. } => fencing_token,
-            Acquire::Held { holder, .. } => {
-                return Ok(format!(
-                    "the scratch lease {key} is held by {} (another check running?); acquire not exercised",
-                    holder.id.as_deref().unwrap_or("another program")
-                ));
-            }
-        };
-        let renewed = matches!(scratch.renew().await?, Renew::Renewed { .. });
-        scratch.release().await?;
-        Ok(format!(
-            "acquire, renew{} and release work on the scratch lease {key} (fencing token {fencing})",
-            if renewed { "" } else { " (lost!)" }
-        ))
+        let place = format!("the scratch lease {}", scratch.key);
+        let verbs = ["acquire", "renew", "release"];
+        let outcome = exercise(&mut scratch).await?;
+        Ok(outcome.line(verbs, &place, |t| format!("fencing token {t}")))
     }
 }

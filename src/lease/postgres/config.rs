@@ -8,6 +8,7 @@
 use crate::config::options::{BACKEND, Spec, spec};
 use crate::config::{Backend, ConfigError, Declared, Resolving, Secret, Value, or_default};
 use crate::config::{loose_secret_file, redact_url};
+use crate::lease::options::StoreOptions;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;

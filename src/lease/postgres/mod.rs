@@ -20,6 +20,7 @@ mod sql;
 mod tls;
 mod wake;
 
+use crate::lease::contract::Wakeups;
 use session::{Conn, classify, connect, primary};
 
 use crate::config::Backend;
@@ -31,12 +32,10 @@ use crate::lease::registry::Record;
 use crate::timing::Timing;
 use config::{PgConfig, PgMode};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
-use tokio_util::sync::CancellationToken;
 
 pub struct PgLease {
     pg: PgConfig,
@@ -81,7 +80,7 @@ struct Statements {
 
 /// PostgreSQL: a lease table, optionally with a session advisory lock.
 pub const ENTRY: BackendEntry = BackendEntry {
-    declared: &config::DECLARED,
+    declared: Some(&config::DECLARED),
     names: &["postgres-table", "postgres-advisory"],
     open,
     chatty_logs: &[],
@@ -123,7 +122,7 @@ impl PgLease {
     }
 
     fn ttl_ms(&self) -> i64 {
-        self.timing.ttl.as_millis() as i64
+        self.timing.ttl_ms() as i64
     }
 
     /// The lease's session, connected (and vetted: a primary) if need be.
@@ -389,7 +388,7 @@ impl LeaseBackend for PgLease {
     async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
         let statement = self.statements.register.clone();
         let json = me.map(|r| serde_json::to_string(r).expect("a record always serialises"));
-        let ttl_ms = self.timing.ttl.as_millis() as i64;
+        let ttl_ms = self.timing.ttl_ms() as i64;
         let (key, id) = (self.key.clone(), self.id.clone());
         let rows = self
             .run(
@@ -413,23 +412,14 @@ impl LeaseBackend for PgLease {
         Ok(sql::records(&rows))
     }
 
-    fn watch_releases(
-        &self,
-        retry: Duration,
-        notices: mpsc::UnboundedSender<()>,
-        stop: CancellationToken,
-    ) -> Option<JoinHandle<()>> {
-        Some(wake::watch(
-            wake::Listener {
-                pg: self.pg.clone(),
-                shown: self.shown.clone(),
-                channel: self.channel.clone(),
-                own_id: self.id.clone(),
-            },
-            retry,
-            notices,
-            stop,
-        ))
+    fn watch_releases(&self, wakeups: Wakeups) -> Option<JoinHandle<()>> {
+        let listener = wake::Listener {
+            pg: self.pg.clone(),
+            shown: self.shown.clone(),
+            channel: self.channel.clone(),
+            own_id: self.id.clone(),
+        };
+        Some(wake::watch(listener, wakeups))
     }
 
     async fn vet(&mut self) -> Result<(), Error> {

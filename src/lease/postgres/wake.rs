@@ -8,13 +8,12 @@
 
 use super::config::PgConfig;
 use super::{Conn, advisory, connect};
+use crate::lease::contract::Wakeups;
 use crate::lease::rewatch::Watch;
 use futures_util::future::poll_fn;
-use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_postgres::AsyncMessage;
-use tokio_util::sync::CancellationToken;
 
 pub(super) struct Listener {
     pub pg: PgConfig,
@@ -27,14 +26,10 @@ pub(super) struct Listener {
 /// Listens until `stop`, sending `()` for every release by another
 /// candidate, and once each time the session starts listening (a release
 /// may have happened before).
-pub(super) fn watch(
-    listener: Listener,
-    retry: Duration,
-    notices: mpsc::UnboundedSender<()>,
-    stop: CancellationToken,
-) -> JoinHandle<()> {
+pub(super) fn watch(listener: Listener, wakeups: Wakeups) -> JoinHandle<()> {
     let server = listener.shown.clone();
-    crate::lease::rewatch::spawn((listener, notices), server, retry, stop, |(l, n)| {
+    let state = (listener, wakeups.notices.clone());
+    crate::lease::rewatch::spawn(state, server, &wakeups, |(l, n)| {
         Box::pin(async move { listen(l, n).await.map_err(Into::into) })
     })
 }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 impl Link {
     /// `check`: the sentinels' view (under Sentinel), the node's role and
     /// connected replicas, and whether `WAIT` can be satisfied.
-    pub(super) async fn report(&mut self) -> Result<Vec<String>, Error> {
+    pub(crate) async fn report(&mut self) -> Result<Vec<String>, Error> {
         let deadline = Instant::now() + self.timeout;
         let mut lines = Vec::new();
         if let Route::Sentinel(sentinels, _) = &mut self.route {

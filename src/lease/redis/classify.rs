@@ -9,11 +9,11 @@ use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use std::time::Duration;
 
 /// The ACL leaderd needs, for the hint of a refused permission.
-pub(super) const ACL_HINT: &str = "check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +rpush +blpop +ping (and +wait +role with --redis-wait-replicas, +cluster|slots +cluster|keyslot +cluster|info in a Cluster, +info for Redlock to see a master's restarts)";
+pub(crate) const ACL_HINT: &str = "check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +rpush +blpop +ping (and +wait +role with --redis-wait-replicas, +cluster|slots +cluster|keyslot +cluster|info in a Cluster, +info for Redlock to see a master's restarts)";
 
 /// Connected replicas from a `ROLE` reply (`master`, offset, replicas);
 /// `None` when the node is not a primary.
-pub(super) fn connected_replicas(role: &Value) -> Option<u32> {
+pub(crate) fn connected_replicas(role: &Value) -> Option<u32> {
     let Value::Array(items) = role else {
         return None;
     };
@@ -28,23 +28,23 @@ pub(super) fn connected_replicas(role: &Value) -> Option<u32> {
 /// The error code of a reply, also when Redis wrapped it in a script error
 /// (`ERR ... script: ...` keeps the original code at the front in 7.x,
 /// older servers put it inside the message).
-pub(super) fn has_code(e: &RedisError, codes: &[&str]) -> bool {
+pub(crate) fn has_code(e: &RedisError, codes: &[&str]) -> bool {
     let detail = e.to_string();
     e.code().is_some_and(|c| codes.contains(&c)) || codes.iter().any(|c| detail.contains(c))
 }
 
 /// The node answered as a replica, or as a primary that cannot serve yet:
 /// after a failover this connection still reaches the old node.
-pub(super) fn not_a_writable_primary(e: &RedisError) -> bool {
+pub(crate) fn not_a_writable_primary(e: &RedisError) -> bool {
     has_code(e, &["READONLY", "MASTERDOWN", "LOADING"])
 }
 
 /// The node is part of a Redis Cluster and redirects us.
-pub(super) fn cluster_redirect(e: &RedisError) -> bool {
+pub(crate) fn cluster_redirect(e: &RedisError) -> bool {
     has_code(e, &["MOVED", "ASK ", "CROSSSLOT", "CLUSTERDOWN"])
 }
 
-pub(super) fn classify(e: RedisError, url: &str, timeout: Duration) -> Error {
+pub(crate) fn classify(e: RedisError, url: &str, timeout: Duration) -> Error {
     let backend = url.to_string();
     let detail = e.to_string();
     if let Some(hint) = super::tls::hint(&detail) {

@@ -14,18 +14,18 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 use tokio::time::Instant;
 
-pub(super) struct Cluster {
-    pub(super) url: ClusterUrl,
+pub(crate) struct Cluster {
+    pub(crate) url: ClusterUrl,
     seeds: Vec<redis::Client>,
     /// A key of the election: its slot is the one to find.
     key: String,
     slot: Option<u16>,
     /// For messages: `cluster://h1:p1,h2:p2`.
-    pub(super) shown: String,
+    pub(crate) shown: String,
 }
 
 impl Cluster {
-    pub(super) fn new(url: ClusterUrl, tls: &RedisTls, key: &str) -> Result<Self, Error> {
+    pub(crate) fn new(url: ClusterUrl, tls: &RedisTls, key: &str) -> Result<Self, Error> {
         let shown = format!(
             "cluster://{}",
             url.seeds
@@ -57,7 +57,7 @@ impl Cluster {
     /// The primary that owns the election's slot, by the first seed that
     /// answers `CLUSTER SLOTS`. The seeds are asked side by side: asked one
     /// after another, a frozen first seed would spend the whole deadline.
-    pub(super) async fn owner(&mut self, deadline: Instant) -> Result<(String, u16), Error> {
+    pub(crate) async fn owner(&mut self, deadline: Instant) -> Result<(String, u16), Error> {
         let (key, slot) = (&self.key, self.slot);
         let mut pending: FuturesUnordered<_> = self
             .seeds

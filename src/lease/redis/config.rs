@@ -8,6 +8,7 @@ use crate::config::options::{BACKEND, Commas, Spec, spec};
 use crate::config::{
     ConfigError, Declared, Origin, Resolving, Secret, or_default, positive, show_duration as show,
 };
+use crate::lease::options::StoreOptions;
 use std::time::Duration;
 
 pub const REDIS: Spec = spec("redis", "--redis", "LEADERD_REDIS_URL", "redis.urls")

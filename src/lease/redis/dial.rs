@@ -12,29 +12,29 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// A connection just made, with what was read on it.
-pub(super) struct Dialed {
-    pub(super) conn: MultiplexedConnection,
+pub(crate) struct Dialed {
+    pub(crate) conn: MultiplexedConnection,
     /// `INFO server`'s run id and uptime, when tracked and answered.
-    pub(super) start: Option<super::restarts::Uptime>,
+    pub(crate) start: Option<super::restarts::Uptime>,
     /// Connected replicas from `ROLE`, under `WaitReplicas::Auto`.
-    pub(super) replicas: Option<Option<u32>>,
+    pub(crate) replicas: Option<Option<u32>>,
 }
 
 /// What making a connection needs, apart from the `Link` (so that it can
 /// run as a task of its own).
-pub(super) struct Dial {
-    pub(super) client: redis::Client,
-    pub(super) url: String,
-    pub(super) timeout: Duration,
-    pub(super) preload: Vec<String>,
-    pub(super) track_start: bool,
-    pub(super) role: bool,
+pub(crate) struct Dial {
+    pub(crate) client: redis::Client,
+    pub(crate) url: String,
+    pub(crate) timeout: Duration,
+    pub(crate) preload: Vec<String>,
+    pub(crate) track_start: bool,
+    pub(crate) role: bool,
 }
 
 impl Dial {
     /// Connects, preloads the scripts, and reads what the link tracks (the
     /// server's start, the replica count), all by `deadline`.
-    pub(super) async fn run(self, deadline: Instant) -> Result<Dialed, Error> {
+    pub(crate) async fn run(self, deadline: Instant) -> Result<Dialed, Error> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout));
@@ -78,7 +78,7 @@ impl Dial {
 
 /// So that the first call after a (re)connect is one round trip, not
 /// three (EVALSHA → NOSCRIPT → SCRIPT LOAD → EVALSHA).
-pub(super) async fn load_scripts(
+pub(crate) async fn load_scripts(
     preload: &[String],
     conn: &mut MultiplexedConnection,
     deadline: Instant,

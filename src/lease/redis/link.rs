@@ -20,43 +20,43 @@ const REPLACE_AFTER_TIMEOUTS: u32 = 2;
 
 /// The connection to Redis: made on demand, replaced when broken or when it
 /// keeps timing out.
-pub(super) struct Link {
+pub(crate) struct Link {
     /// The node to talk to (`None` until a Sentinel master is known).
     /// Replaced when Sentinel names a new master, and signalled when the
     /// node is found no longer a writable primary: the wake-up listener
     /// follows it.
-    pub(super) target: tokio::sync::watch::Sender<Option<redis::Client>>,
+    pub(crate) target: tokio::sync::watch::Sender<Option<redis::Client>>,
     /// How to find the node (the URL's, Sentinel's master, the Cluster
     /// slot's owner), and the one found last.
-    pub(super) route: Route,
-    pub(super) master: Option<(String, u16)>,
+    pub(crate) route: Route,
+    pub(crate) master: Option<(String, u16)>,
     /// Script sources to load on each new connection, so that the first
     /// release or renewal after a (re)connect is one round trip, not three
     /// (EVALSHA → NOSCRIPT → SCRIPT LOAD → EVALSHA).
-    pub(super) preload: Vec<String>,
-    pub(super) conn: Option<MultiplexedConnection>,
-    pub(super) timeout: Duration,
+    pub(crate) preload: Vec<String>,
+    pub(crate) conn: Option<MultiplexedConnection>,
+    pub(crate) timeout: Duration,
     /// Redlock: once connected, each request has only this long (a node
     /// that is slow must not hold up the majority), while connecting, a TLS
     /// handshake included, keeps `timeout`. `None`: `timeout` bounds both.
-    pub(super) request_timeout: Option<Duration>,
+    pub(crate) request_timeout: Option<Duration>,
     /// The URL with its password redacted, for messages.
-    pub(super) url: String,
-    pub(super) timeouts_in_a_row: u32,
+    pub(crate) url: String,
+    pub(crate) timeouts_in_a_row: u32,
     /// Replicas that must acknowledge a lease write.
-    pub(super) wait: WaitReplicas,
+    pub(crate) wait: WaitReplicas,
     /// Replicas the primary reported connected at the last look (`ROLE`),
     /// for `WaitReplicas::Auto`.
-    pub(super) replicas: Option<u32>,
+    pub(crate) replicas: Option<u32>,
     /// Redlock: when the server started, from `INFO server` on every new
     /// connection (`None` when not tracked, or not known).
-    pub(super) started: Option<super::restarts::Started>,
-    pub(super) track_start: bool,
+    pub(crate) started: Option<super::restarts::Started>,
+    pub(crate) track_start: bool,
     /// Redlock: a connection being made in the background. A master that
     /// accepts TCP and never answers (frozen, or far away) must not hold
     /// an operation for the connect timeout: the operation waits for this
     /// only within its own request budget and leaves it running.
-    pub(super) dialing: Option<tokio::task::JoinHandle<Result<Dialed, Error>>>,
+    pub(crate) dialing: Option<tokio::task::JoinHandle<Result<Dialed, Error>>>,
 }
 
 impl Drop for Link {
@@ -84,14 +84,14 @@ impl From<Error> for Attempt {
 
 /// How many replicas acknowledged a lease write, of how many asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) struct Replication {
-    pub(super) asked: u32,
-    pub(super) acknowledged: u32,
+pub(crate) struct Replication {
+    pub(crate) asked: u32,
+    pub(crate) acknowledged: u32,
 }
 
 impl Replication {
     /// The error for a write acknowledged by too few replicas.
-    pub(super) fn shortfall(&self, url: &str) -> Option<Error> {
+    pub(crate) fn shortfall(&self, url: &str) -> Option<Error> {
         (self.acknowledged < self.asked).then(|| Error::UnderReplicated {
             backend: url.to_string(),
             asked: self.asked,
@@ -103,14 +103,14 @@ impl Replication {
 impl Link {
     /// One script call that only reads, or whose durability does not
     /// matter (release: a lost release only delays the next leader).
-    pub(super) async fn invoke(&mut self, call: &Cmd) -> Result<Value, Error> {
+    pub(crate) async fn invoke(&mut self, call: &Cmd) -> Result<Value, Error> {
         self.exchange(call, false).await.map(|(value, _)| value)
     }
 
     /// A lease write (acquire, renew), followed in the same round trip by
     /// `WAIT` when replicas must acknowledge it (it cannot run inside the
     /// script, and inside MULTI it would return at once).
-    pub(super) async fn write(&mut self, call: &Cmd) -> Result<(Value, Replication), Error> {
+    pub(crate) async fn write(&mut self, call: &Cmd) -> Result<(Value, Replication), Error> {
         self.exchange(call, true).await
     }
 
@@ -253,7 +253,7 @@ impl Link {
     /// to: a new connection, and the wake-up listener with it. Under
     /// Sentinel no majority means no operation: nothing is ever sent to a
     /// node the sentinels no longer name.
-    pub(super) async fn follow(&mut self, deadline: Instant) -> Result<(), Error> {
+    pub(crate) async fn follow(&mut self, deadline: Instant) -> Result<(), Error> {
         let Some(target) = self.route.locate(self.master.as_ref(), deadline).await? else {
             return Ok(());
         };
@@ -302,7 +302,7 @@ impl Link {
         Ok(self.install(dialed))
     }
 
-    pub(super) async fn connect(
+    pub(crate) async fn connect(
         &mut self,
         deadline: Instant,
     ) -> Result<MultiplexedConnection, Error> {
@@ -394,7 +394,7 @@ impl Link {
         ))
     }
 
-    pub(super) fn timed_out(&self) -> Error {
+    pub(crate) fn timed_out(&self) -> Error {
         Error::Timeout {
             backend: self.url.clone(),
             timeout: self.timeout,

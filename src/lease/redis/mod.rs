@@ -7,20 +7,20 @@
 //! under one overall timeout.
 
 mod check;
-mod classify;
+pub(crate) mod classify;
 mod cluster;
 pub mod config;
 #[cfg(test)]
 mod config_tests;
-mod dial;
-mod link;
-pub mod redlock;
+pub(crate) mod dial;
+pub mod keys;
+pub(crate) mod link;
 pub mod registry;
-mod restarts;
-mod route;
-mod script;
+pub(crate) mod restarts;
+pub(crate) mod route;
+pub(crate) mod script;
 mod sentinel;
-mod tls;
+pub(crate) mod tls;
 pub mod urls;
 pub mod wake;
 
@@ -28,18 +28,18 @@ use super::contract::{
     Acquire, BackendEntry, Common, Error, Holder, LeaseBackend, Peek, Renew, new_token,
 };
 use crate::config::Backend;
+use crate::lease::contract::Wakeups;
 use crate::lease::contract::open_as;
 use crate::lease::registry::Record;
 use classify::classify;
 use config::RedisConfig;
+use keys::{Keys, blocked, blocked_error, keys};
 use link::Link;
 use redis::Value;
 use script::{Reply, Scripts, eval, parse_reply, unexpected};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use urls::{RedisUrl, WaitReplicas};
 
 pub struct RedisLease {
@@ -63,41 +63,18 @@ pub struct RedisLease {
     opened: Option<(RedisConfig, Common)>,
 }
 
-/// Redis, with Sentinel and Cluster, and Redlock over its masters.
+/// Redis, with Sentinel and Cluster; its options with several URLs choose
+/// Redlock (`crate::lease::redlock`), a backend of its own.
 pub const ENTRY: BackendEntry = BackendEntry {
-    declared: &config::DECLARED,
-    names: &["redis", "redlock"],
+    declared: Some(&config::DECLARED),
+    names: &["redis"],
     open,
     chatty_logs: &[],
 };
 
-/// Opens what the Redis options resolved to: one server, or Redlock.
+/// Opens one server (or its Sentinel or Cluster deployment).
 fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBackend>, Error>> {
     open_as(backend, common, RedisLease::open)
-        .or_else(|| open_as(backend, common, redlock::Redlock::open))
-}
-
-/// The names of an election's keys and channel (PRODUCT §5).
-pub struct Keys {
-    pub lease: String,
-    /// The term record: written and renewed with the lease, deleted only by
-    /// its release, so a lease deleted from outside still shows its holder.
-    pub term: String,
-    pub fence: String,
-    pub wake: String,
-    pub channel: String,
-}
-
-/// The hash tag keeps the keys in one Cluster slot so one script may touch
-/// them together.
-pub fn keys(key: &str) -> Keys {
-    Keys {
-        lease: format!("leaderd:{{{key}}}:lease"),
-        term: format!("leaderd:{{{key}}}:term"),
-        fence: format!("leaderd:{{{key}}}:fence"),
-        wake: format!("leaderd:{{{key}}}:wake"),
-        channel: format!("leaderd:{{{key}}}:released"),
-    }
 }
 
 impl RedisLease {
@@ -221,43 +198,6 @@ impl RedisLease {
         if let Some(seen) = holder.as_ref().and_then(|h| h.fencing_token) {
             self.highest_fencing = self.highest_fencing.max(seen);
         }
-    }
-}
-
-/// A lease nobody can take over: a value leaderd did not write, or one
-/// without an expiry (leaderd always sets one; `PERSIST` removes it), which
-/// never lapses if its holder is gone.
-fn blocked(
-    url: &str,
-    key: &str,
-    holder: &Option<Holder>,
-    expires_in: Option<Duration>,
-) -> Option<Error> {
-    let holder = holder.as_ref()?;
-    let what = match (&holder.id, expires_in) {
-        (None, None) => {
-            "it holds a value leaderd did not write, with no expiry, so it never lapses".to_string()
-        }
-        (None, Some(left)) => format!(
-            "it holds a value leaderd did not write (it expires in {})",
-            crate::config::show_duration(left)
-        ),
-        (Some(id), None) => format!(
-            "it has no expiry (made permanent, e.g. by PERSIST), so it never lapses if its holder {id:?} is gone"
-        ),
-        (Some(_), Some(_)) => return None,
-    };
-    Some(blocked_error(url, key, what))
-}
-
-fn blocked_error(url: &str, key: &str, what: String) -> Error {
-    Error::Blocked {
-        backend: url.to_string(),
-        key: key.to_string(),
-        what,
-        fix: format!(
-            "Remove it with `DEL {key}` once you know what wrote it, or choose another --key"
-        ),
     }
 }
 
@@ -392,13 +332,8 @@ impl LeaseBackend for RedisLease {
         }
     }
 
-    fn watch_releases(
-        &self,
-        retry: Duration,
-        notices: mpsc::UnboundedSender<()>,
-        stop: CancellationToken,
-    ) -> Option<JoinHandle<()>> {
-        Some(wake::watch(self.wake_queue(), retry, notices, stop))
+    fn watch_releases(&self, wakeups: Wakeups) -> Option<JoinHandle<()>> {
+        Some(wake::watch(self.wake_queue(), wakeups))
     }
 
     async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
@@ -421,14 +356,8 @@ impl LeaseBackend for RedisLease {
     async fn self_check(&mut self) -> Result<Vec<String>, Error> {
         let (config, common) = self.opened.clone().expect("opened from its settings");
         let mut scratch = RedisLease::open(&config, &common.scratch())?;
-        match scratch.acquire().await? {
-            Acquire::Won { .. } => {
-                scratch.renew().await?;
-                scratch.release().await?;
-            }
-            // Another `check` is running right now: acquire was still exercised.
-            Acquire::Held { .. } => {}
-        }
+        // Held by another `check` running right now: acquire was exercised.
+        crate::lease::scratch::exercise(&mut scratch).await?;
         scratch.probe_wake_queue().await?;
         let mut lines = Vec::new();
         if !matches!(scratch.link.route, route::Route::Direct)

@@ -16,7 +16,7 @@ pub fn key(key: &str) -> String {
 }
 
 /// Writes (or, with `None`, removes) our record and returns the live ones.
-pub(super) fn register(
+pub(crate) fn register(
     scripts: &Scripts,
     registry: &str,
     id: &str,
@@ -30,12 +30,12 @@ pub(super) fn register(
 }
 
 /// Reads the live records, writing nothing.
-pub(super) fn candidates(scripts: &Scripts, registry: &str) -> Cmd {
+pub(crate) fn candidates(scripts: &Scripts, registry: &str) -> Cmd {
     eval(&scripts.candidates, &[registry], &[])
 }
 
 /// The records in a script's reply.
-pub(super) fn records(reply: &Value, url: &str) -> Result<Vec<Record>, Error> {
+pub(crate) fn records(reply: &Value, url: &str) -> Result<Vec<Record>, Error> {
     let Value::Array(items) = reply else {
         return Err(unexpected(url, reply));
     };
@@ -52,7 +52,7 @@ pub(super) fn records(reply: &Value, url: &str) -> Result<Vec<Record>, Error> {
 /// Redlock: the union of what the masters that answered hold (a record
 /// lives on every master its candidate could reach); an error only when
 /// none answered.
-pub(super) fn union(
+pub(crate) fn union(
     replies: Vec<Result<Value, Error>>,
     urls: &[&str],
 ) -> Result<Vec<Record>, Error> {

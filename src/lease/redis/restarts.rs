@@ -16,7 +16,7 @@ pub(crate) struct Started {
 /// What `INFO server` says of the server's run: its id and uptime, read
 /// at `read`.
 #[derive(Debug, Clone)]
-pub(super) struct Uptime {
+pub(crate) struct Uptime {
     run_id: String,
     uptime: Duration,
     read: Instant,
@@ -24,7 +24,7 @@ pub(super) struct Uptime {
 
 /// Reads `INFO server`'s `run_id` and `uptime_in_seconds`; `None` without
 /// an answer (no `+info` in the ACL, or none by `deadline`).
-pub(super) async fn read_start(
+pub(crate) async fn read_start(
     url: &str,
     conn: &mut MultiplexedConnection,
     deadline: Instant,
@@ -57,7 +57,7 @@ pub(super) async fn read_start(
 /// Updates what is known of the server's start. A run id other than the
 /// last one seen counts as a restart when it was read, whatever the uptime
 /// says; without an answer the last knowledge stays.
-pub(super) fn note(started: &mut Option<Started>, seen: Uptime) {
+pub(crate) fn note(started: &mut Option<Started>, seen: Uptime) {
     let at = match started.as_ref() {
         // The same run: keep the first estimate.
         Some(s) if s.run_id == seen.run_id => return,

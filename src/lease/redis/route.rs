@@ -11,21 +11,21 @@ use super::urls::RedisUrl;
 use crate::config::Secret;
 use tokio::time::Instant;
 
-pub(super) enum Route {
+pub(crate) enum Route {
     Direct,
     Sentinel(Sentinels, RedisTls),
     Cluster(Cluster, RedisTls),
 }
 
 /// A node to move to: its address, a client for it, and how to show it.
-pub(super) struct Target {
-    pub(super) addr: (String, u16),
-    pub(super) client: redis::Client,
-    pub(super) shown: String,
+pub(crate) struct Target {
+    pub(crate) addr: (String, u16),
+    pub(crate) client: redis::Client,
+    pub(crate) shown: String,
 }
 
 impl Route {
-    pub(super) fn open(
+    pub(crate) fn open(
         url: &RedisUrl,
         tls: &RedisTls,
         key: &str,
@@ -44,12 +44,12 @@ impl Route {
         Ok(Route::Direct)
     }
 
-    pub(super) fn is_cluster(&self) -> bool {
+    pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Route::Cluster(..))
     }
 
     /// The node to talk to now, when it is not `current`.
-    pub(super) async fn locate(
+    pub(crate) async fn locate(
         &mut self,
         current: Option<&(String, u16)>,
         deadline: Instant,

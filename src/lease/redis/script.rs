@@ -8,24 +8,24 @@ use std::time::Duration;
 
 const HOLDER: &str = include_str!("lua/holder.lua");
 
-pub(super) struct Scripts {
-    pub(super) acquire: Script,
-    pub(super) renew: Script,
-    pub(super) release: Script,
-    pub(super) peek: Script,
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) renew: Script,
+    pub(crate) release: Script,
+    pub(crate) peek: Script,
     /// Redlock's: phase two of an acquire, and a renewal that re-creates
     /// a lease a node lost.
-    pub(super) commit: Script,
-    pub(super) reclaim: Script,
+    pub(crate) commit: Script,
+    pub(crate) reclaim: Script,
     /// The candidates registry: write ours and read all, or only read.
-    pub(super) register: Script,
-    pub(super) candidates: Script,
+    pub(crate) register: Script,
+    pub(crate) candidates: Script,
     /// Every script's source, loaded on each new connection.
-    pub(super) sources: Vec<String>,
+    pub(crate) sources: Vec<String>,
 }
 
 impl Scripts {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let sources: Vec<String> = [
             include_str!("lua/acquire.lua"),
             include_str!("lua/renew.lua"),
@@ -56,7 +56,7 @@ impl Scripts {
 /// `EVALSHA` of `script` with `keys` and `args`: a plain command, so it can
 /// share a pipeline with `WAIT`. After `NOSCRIPT` the link loads every
 /// script and sends it again.
-pub(super) fn eval(script: &Script, keys: &[&str], args: &[&dyn std::fmt::Display]) -> Cmd {
+pub(crate) fn eval(script: &Script, keys: &[&str], args: &[&dyn std::fmt::Display]) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
     for arg in args {
@@ -65,12 +65,12 @@ pub(super) fn eval(script: &Script, keys: &[&str], args: &[&dyn std::fmt::Displa
     cmd
 }
 
-pub(super) enum Reply {
+pub(crate) enum Reply {
     Ours(u64),
     Held(Option<Holder>, Option<Duration>),
 }
 
-pub(super) fn unexpected(url: &str, value: &Value) -> Error {
+pub(crate) fn unexpected(url: &str, value: &Value) -> Error {
     Error::Unexpected {
         backend: url.to_string(),
         detail: format!("{value:?}"),
@@ -79,7 +79,7 @@ pub(super) fn unexpected(url: &str, value: &Value) -> Error {
 
 /// `{1, fencing}` / `{1}` mean ours; `{0, id, fencing, pttl}` someone else's
 /// (pttl −2: vacant, −1: no expiry). Anything else is an error, never success.
-pub(super) fn parse_reply(value: &Value, url: &str) -> Result<Reply, Error> {
+pub(crate) fn parse_reply(value: &Value, url: &str) -> Result<Reply, Error> {
     let bad = || unexpected(url, value);
     let Value::Array(items) = value else {
         return Err(bad());

@@ -30,25 +30,25 @@ use tokio::time::Instant;
 
 /// What one sentinel says of the service.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Named {
-    pub(super) addr: (String, u16),
-    pub(super) config_epoch: u64,
+pub(crate) struct Named {
+    pub(crate) addr: (String, u16),
+    pub(crate) config_epoch: u64,
 }
 
 /// The sentinels of one service, each with a connection kept open.
-pub(super) struct Sentinels {
-    pub(super) url: SentinelUrl,
+pub(crate) struct Sentinels {
+    pub(crate) url: SentinelUrl,
     clients: Vec<redis::Client>,
     conns: Vec<Option<MultiplexedConnection>>,
     /// For messages: `sentinel://h1:p1,h2:p2/SERVICE`.
-    pub(super) shown: String,
+    pub(crate) shown: String,
 }
 
 impl Sentinels {
     /// Clients for every sentinel, with the sentinels' own credentials
     /// when the URL names a `sentinel_user` or a password is given (never
     /// the data nodes': a sentinel without a password refuses `AUTH`).
-    pub(super) fn new(
+    pub(crate) fn new(
         url: SentinelUrl,
         tls: &super::config::RedisTls,
         password: Option<&Secret>,
@@ -96,7 +96,7 @@ impl Sentinels {
     }
 
     /// The master a majority of the configured sentinels names now.
-    pub(super) async fn master(&mut self, deadline: Instant) -> Result<Named, Error> {
+    pub(crate) async fn master(&mut self, deadline: Instant) -> Result<Named, Error> {
         let configured = self.url.sentinels.len();
         let now = Instant::now();
         let ask_by = now + deadline.saturating_duration_since(now) / 2;
@@ -131,7 +131,7 @@ impl Sentinels {
     /// `check`: what each sentinel says, and the master a majority names.
     /// Sentinels that name different masters are a misconfiguration (one
     /// of them watches another deployment, or names a replica).
-    pub(super) async fn report(
+    pub(crate) async fn report(
         &mut self,
         deadline: Instant,
     ) -> Result<(Named, Vec<String>), Error> {
@@ -166,7 +166,7 @@ impl Sentinels {
     }
 
     /// Every sentinel's answer (or why there is none), in configured order.
-    pub(super) async fn ask_all(&mut self, deadline: Instant) -> Vec<Result<Named, String>> {
+    pub(crate) async fn ask_all(&mut self, deadline: Instant) -> Vec<Result<Named, String>> {
         let service = self.url.service.clone();
         let asks = self
             .clients
@@ -272,7 +272,7 @@ fn majority(configured: usize, answers: &[Result<Named, String>]) -> Option<Name
         })
 }
 
-pub(super) fn decide(
+pub(crate) fn decide(
     shown: &str,
     service: &str,
     configured: usize,

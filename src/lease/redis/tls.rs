@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
 
 /// The redis-rs client for `url`, with `tls` applied to a `rediss://` URL.
-pub(super) fn client(url: &RedisUrl, tls: &RedisTls) -> Result<redis::Client, Error> {
+pub(crate) fn client(url: &RedisUrl, tls: &RedisTls) -> Result<redis::Client, Error> {
     let built = if url.is_tls() && (tls.ca.is_some() || tls.client.is_some()) {
         let certificates = redis::TlsCertificates {
             client_tls: tls
@@ -41,7 +41,7 @@ pub(super) fn client(url: &RedisUrl, tls: &RedisTls) -> Result<redis::Client, Er
 
 /// What to do about a failed handshake, from rustls's reason; `None` when
 /// the error is not about TLS.
-pub(super) fn hint(detail: &str) -> Option<String> {
+pub(crate) fn hint(detail: &str) -> Option<String> {
     // rustls's Debug and Display forms differ ("UnknownIssuer", "unknown
     // issuer"): compare without case and spaces.
     let d = detail.to_lowercase().replace([' ', '_'], "");
@@ -71,7 +71,7 @@ pub(super) fn hint(detail: &str) -> Option<String> {
 
 /// `check`: a handshake of its own with the same trust and client
 /// certificate, reporting the server certificate's subject and expiry.
-pub(super) async fn report(
+pub(crate) async fn report(
     url: &RedisUrl,
     tls: &RedisTls,
     timeout: Duration,

@@ -12,12 +12,12 @@
 //! since a release may have happened while the connection was down. The release is
 //! still published on `leaderd:{KEY}:released` for observers.
 
+use crate::lease::contract::Wakeups;
 use crate::lease::rewatch::{Failed, Watch};
 use redis::AsyncConnectionConfig;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 /// Entries pushed per release: more than one, so that a waiter that is frozen
 /// or just leaving, or the releaser's own `BLPOP`, cannot swallow the only
@@ -49,19 +49,14 @@ pub struct WakeQueue {
 }
 
 /// Waits on the wake list until `stop`, sending `()` for every wake-up.
-pub fn watch(
-    source: WakeQueue,
-    retry: Duration,
-    notices: mpsc::UnboundedSender<()>,
-    stop: CancellationToken,
-) -> JoinHandle<()> {
+pub fn watch(source: WakeQueue, wakeups: Wakeups) -> JoinHandle<()> {
     let server = source.shown.clone();
     let state = Watcher {
         source,
-        notices,
+        notices: wakeups.notices.clone(),
         reconnecting: false,
     };
-    crate::lease::rewatch::spawn(state, server, retry, stop, |w| {
+    crate::lease::rewatch::spawn(state, server, &wakeups, |w| {
         Box::pin(async move {
             let outcome = listen(&mut w.source, &w.notices, w.reconnecting).await;
             w.reconnecting = true;

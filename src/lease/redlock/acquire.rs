@@ -12,11 +12,11 @@
 //! than every master puts the lease on the rest at once, so it does not
 //! rest on a bare quorum until the next renewal.
 
-use super::super::script::eval;
 use super::Redlock;
 use super::enough::Until;
 use super::tally::{self, Acquired, Answer, Standing, Voted};
 use crate::lease::contract::{Acquire, Error, new_token};
+use crate::lease::redis::script::eval;
 use redis::Value;
 use std::time::Duration;
 use tokio::time::Instant;

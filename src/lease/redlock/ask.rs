@@ -4,11 +4,11 @@
 //! node timeouts); answers that come after their operation decided are
 //! taken in by the next one.
 
-use super::super::Error;
-use super::super::script::{Reply, parse_reply};
 use super::Redlock;
 use super::enough::{self, Heard, Until};
 use super::master::Answered;
+use crate::lease::contract::Error;
+use crate::lease::redis::script::{Reply, parse_reply};
 use redis::{Cmd, Value};
 use tokio::time::Instant;
 

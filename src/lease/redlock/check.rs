@@ -6,12 +6,12 @@
 //! `localhost`), a replica of it, or a proxy to it, and would count two
 //! votes for one failure domain.
 
-use super::super::classify::classify;
-use super::super::{tls, wake};
 use super::Redlock;
 use super::enough::Until;
 use crate::lease::contract::LeaseBackend;
 use crate::lease::contract::{Acquire, Error, new_token};
+use crate::lease::redis::classify::classify;
+use crate::lease::redis::{tls, wake};
 
 /// How long a probe key lives if leaderd dies before deleting it.
 const PROBE_TTL_MS: u64 = 30_000;

@@ -28,13 +28,17 @@ mod enough;
 mod master;
 mod tally;
 
-use super::config::{RedisTls, RedlockConfig};
-use super::link::Link;
-use super::restarts::Started;
-use super::script::{Reply, Scripts, eval, parse_reply};
-use super::urls::{RedisUrl, WaitReplicas};
-use super::{Keys, blocked, keys, registry, route, tls, wake};
-use crate::lease::contract::{Acquire, Common, Error, LeaseBackend, Nodes, Peek, Renew};
+use crate::lease::contract::Wakeups;
+use crate::lease::contract::{
+    Acquire, BackendEntry, Common, Error, LeaseBackend, Nodes, Peek, Renew, open_as,
+};
+use crate::lease::redis::config::{RedisTls, RedlockConfig};
+use crate::lease::redis::keys::{Keys, blocked, keys};
+use crate::lease::redis::link::Link;
+use crate::lease::redis::restarts::Started;
+use crate::lease::redis::script::{Reply, Scripts, eval, parse_reply};
+use crate::lease::redis::urls::{RedisUrl, WaitReplicas};
+use crate::lease::redis::{registry, route, tls, wake};
 use crate::lease::registry::Record;
 use crate::timing::Timing;
 use enough::Until;
@@ -46,7 +50,15 @@ use tally::{Answer, Renewed, Standing};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+
+/// Redlock, chosen by the Redis options with several URLs (their
+/// resolution is the Redis backend's, to `RedlockConfig`).
+pub const ENTRY: BackendEntry = BackendEntry {
+    declared: None,
+    names: &["redlock"],
+    open: |backend, common| open_as(backend, common, Redlock::open),
+    chatty_logs: &[],
+};
 
 pub struct Redlock {
     /// One task per master, in the order given.
@@ -145,7 +157,7 @@ impl Redlock {
     }
 
     fn ttl_ms(&self) -> u64 {
-        self.timing.ttl.as_millis() as u64
+        self.timing.ttl_ms()
     }
 
     /// Reads the masters' replies; a lease nobody can take over on so many
@@ -370,7 +382,10 @@ impl LeaseBackend for Redlock {
         for reply in replies {
             match reply {
                 Ok(Value::Int(n)) => released |= n == 1,
-                Ok(other) => errors.push(super::script::unexpected(&self.describe_short(), &other)),
+                Ok(other) => errors.push(crate::lease::redis::script::unexpected(
+                    &self.describe_short(),
+                    &other,
+                )),
                 Err(e) => errors.push(e),
             }
         }
@@ -410,7 +425,7 @@ impl LeaseBackend for Redlock {
 
     async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
         let id: String = serde_json::from_str(&self.id_json).expect("id_json is a JSON string");
-        let ttl_ms = self.timing.ttl.as_millis() as u64;
+        let ttl_ms = self.timing.ttl_ms();
         let call = registry::register(&self.scripts, &self.registry_key, &id, me, ttl_ms);
         self.hear_late();
         // A majority's records are everyone's: each candidate writes its
@@ -438,12 +453,7 @@ impl LeaseBackend for Redlock {
 
     /// One waiter per master: a release wakes waiters on every master, and
     /// the first wake-up from any of them starts an attempt.
-    fn watch_releases(
-        &self,
-        retry: Duration,
-        notices: mpsc::UnboundedSender<()>,
-        stop: CancellationToken,
-    ) -> Option<JoinHandle<()>> {
+    fn watch_releases(&self, wakeups: Wakeups) -> Option<JoinHandle<()>> {
         let own_id: String = serde_json::from_str(&self.id_json).expect("id_json is a JSON string");
         let watchers: Vec<JoinHandle<()>> = self
             .nodes
@@ -456,7 +466,7 @@ impl LeaseBackend for Redlock {
                     own_id: own_id.clone(),
                     shown: node.url.clone(),
                 };
-                wake::watch(queue, retry, notices.clone(), stop.clone())
+                wake::watch(queue, wakeups.clone())
             })
             .collect();
         Some(tokio::spawn(async move {

@@ -7,7 +7,8 @@
 use super::ZkLease;
 use super::election::{id_in, sorted};
 use super::session::{Failure, Session, ZK};
-use crate::lease::contract::{Acquire, Common, Error, LeaseBackend, Renew};
+use crate::lease::contract::{Common, Error, LeaseBackend};
+use crate::lease::scratch::exercise;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 impl ZkLease {
@@ -147,26 +148,11 @@ impl ZkLease {
         };
         let mut scratch = ZkLease::open(&self.config, &common.scratch());
         let base = scratch.base.clone();
-        let outcome = async {
-            let token = match scratch.acquire().await? {
-                Acquire::Won { fencing_token, .. } => fencing_token,
-                Acquire::Held { holder, .. } => {
-                    return Ok(format!(
-                        "the scratch election {base} is held by {} (another check running?); acquire not exercised",
-                        holder.id.as_deref().unwrap_or("another program")
-                    ));
-                }
-            };
-            let renewed = matches!(scratch.renew().await?, Renew::Renewed { .. });
-            scratch.release().await?;
-            Ok(format!(
-                "create, renew{} and delete work on the scratch election {base} (fencing token {token:#x}, a zxid)",
-                if renewed { "" } else { " (lost!)" }
-            ))
-        }
-        .await;
+        let outcome = exercise(&mut scratch).await;
         scratch.close().await;
-        outcome
+        let verbs = ["create", "renew", "delete"];
+        let place = format!("the scratch election {base}");
+        Ok(outcome?.line(verbs, &place, |t| format!("fencing token {t:#x}, a zxid")))
     }
 }
 

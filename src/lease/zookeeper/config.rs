@@ -7,6 +7,7 @@
 
 use crate::config::options::{BACKEND, Spec, spec};
 use crate::config::{Backend, ConfigError, Declared, Resolving, Secret, or_default};
+use crate::lease::options::StoreOptions;
 use std::time::Duration;
 
 #[derive(Debug, Clone)]

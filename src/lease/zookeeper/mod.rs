@@ -32,6 +32,7 @@ mod session;
 mod wake;
 
 use crate::config::Backend;
+use crate::lease::contract::Wakeups;
 use crate::lease::contract::open_as;
 use crate::lease::contract::{
     Acquire, BackendEntry, Common, Error, Holder, LeaseBackend, Peek, Renew, new_token,
@@ -41,16 +42,13 @@ use crate::timing::Timing;
 use config::ZkConfig;
 use election::id_in;
 use session::{Failure, Session};
-use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use zookeeper_client::{CreateMode, Stat};
 
 /// ZooKeeper: a queue of ephemeral sequential nodes and a lease node.
 pub const ENTRY: BackendEntry = BackendEntry {
-    declared: &config::DECLARED,
+    declared: Some(&config::DECLARED),
     names: &["zookeeper"],
     open,
     chatty_logs: &["zookeeper_client"],
@@ -317,13 +315,8 @@ impl LeaseBackend for ZkLease {
         }
     }
 
-    fn watch_releases(
-        &self,
-        retry: Duration,
-        notices: mpsc::UnboundedSender<()>,
-        stop: CancellationToken,
-    ) -> Option<JoinHandle<()>> {
-        Some(wake::spawn(self.aim.subscribe(), retry, notices, stop))
+    fn watch_releases(&self, wakeups: Wakeups) -> Option<JoinHandle<()>> {
+        Some(wake::spawn(self.aim.subscribe(), wakeups))
     }
 
     /// The session (its negotiated timeout), and whether this identity may

@@ -5,10 +5,9 @@
 //! sends one notice: a waiter then tries at once, a leader renews at once
 //! and learns of its loss.
 
-use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use crate::lease::contract::Wakeups;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, EventType, SessionState};
 
 /// The nodes to watch, and the session to watch them through.
@@ -19,12 +18,12 @@ pub(super) struct Aim {
 }
 
 /// Watches whatever `aims` names, until `stop`.
-pub(super) fn spawn(
-    mut aims: watch::Receiver<Option<Aim>>,
-    retry: Duration,
-    notices: mpsc::UnboundedSender<()>,
-    stop: CancellationToken,
-) -> JoinHandle<()> {
+pub(super) fn spawn(mut aims: watch::Receiver<Option<Aim>>, wakeups: Wakeups) -> JoinHandle<()> {
+    let Wakeups {
+        notices,
+        retry,
+        stop,
+    } = wakeups;
     tokio::spawn(async move {
         let mut warned = false;
         loop {
