@@ -1,7 +1,8 @@
 //! Every option, declared once: its flag, environment variable, TOML key,
 //! default (as documented) and help. The common options are rows here; each
 //! backend declares its own rows in its folder under `lease/` and hands them
-//! over through its [`super::Declared`](super::Declared). The command line (`cli`), the
+//! over through its [`super::Declared`](super::Declared), each feature in its
+//! module through its [`super::Feature`](super::Feature). The command line (`cli`), the
 //! config file's schema (`file`), resolution and `check`'s printout all
 //! read these rows; tests check the manual's option table and the example
 //! config against them. Adding an option is one row plus its parsing and

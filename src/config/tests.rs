@@ -315,8 +315,10 @@ fn webhook_secret_never_prints() {
     assert!(!format!("{c:?}").contains("hunter2"));
 }
 
-/// The example file documents every key with its default: uncommented, each
-/// key must parse, and the defaults must be what leaderd really uses.
+/// The example file documents every key with its default: uncommented, the
+/// common keys build and their defaults are what leaderd really uses, and
+/// each backend's and feature's table holds only its own rows, each value of
+/// the row's type (no hand-kept list of lines to leave out).
 #[test]
 fn the_example_config_is_valid_and_shows_the_defaults() {
     let example = include_str!("../../config/leaderd.example.toml");
@@ -329,38 +331,57 @@ fn the_example_config_is_valid_and_shows_the_defaults() {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    // Both backends, and both ways to give the Redis URL, are shown; keep
-    // the lock file and the URL file out of this check.
-    let uncommented = uncommented
-        .replace("lock_file = \"/run/leaderd/jobs.lock\"", "")
-        .replace("url_file = \"/run/secrets/leaderd-redis-url\"", "")
-        // PostgreSQL is another backend: one at a time.
-        .replace("url = \"postgres://leaderd@127.0.0.1:5432/app\"", "")
-        .replace("url_file = \"/run/secrets/leaderd-postgres-url\"", "")
-        .replace("endpoints = [\"http://10.0.1.5:2379\", \"http://10.0.2.5:2379\", \"http://10.0.3.5:2379\"]", "")
-        .replace("password_file = \"/run/secrets/leaderd-etcd-password\"", "")
-        .replace("tls_ca_file = \"/etc/leaderd/etcd-ca.pem\"", "")
-        .replace("tls_cert_file = \"/etc/leaderd/etcd-client.pem\"", "")
-        .replace("tls_key_file = \"/etc/leaderd/etcd-client.key\"", "")
-        .replace("connect = \"zk1:2181,zk2:2181,zk3:2181/app\"", "")
-        .replace("user = \"leaderd\"", "")
-        .replace("password_file = \"/run/secrets/leaderd-zookeeper-password\"", "")
-        .replace("tls_ca_file = \"/etc/leaderd/zookeeper-ca.pem\"", "")
-        .replace("tls_cert_file = \"/etc/leaderd/zookeeper-client.pem\"", "")
-        .replace("tls_key_file = \"/etc/leaderd/zookeeper-client.key\"", "")
-        .replace(
-            "sentinel_password_file = \"/run/secrets/leaderd-sentinel-password\"",
-            "",
+    // Every backend's table and every feature's is checked on its own: each
+    // key is one of its owner's rows, and its value has the row's type.
+    // They show alternatives side by side (a URL or a URL file, Redlock's
+    // node timeout beside one URL, a health URL or a command) and name
+    // files that exist only on a real host, so they are not built together.
+    let catalog = crate::catalog();
+    let owners: Vec<(&str, Vec<&'static options::Spec>)> = catalog
+        .backends
+        .iter()
+        .map(|b| (b.name, b.options.to_vec()))
+        .chain(
+            catalog
+                .features
+                .iter()
+                .map(|f| (f.name, f.options.to_vec())),
         )
-        // Redlock's (three URLs or more) is shown beside the one URL.
-        .replace("node_timeout = \"100ms\"", "")
-        .replace("tls_ca_file = \"/etc/leaderd/redis-ca.pem\"", "")
-        .replace("tls_cert_file = \"/etc/leaderd/client.pem\"", "")
-        .replace("tls_key_file = \"/etc/leaderd/client.key\"", "")
-        // Run-once is a mode of its own (it makes the child's exit leaderd's).
-        .replace("wait = \"30s\"", "")
-        // A health check is a URL or a command, one at a time.
-        .replace("command = \"pg_isready -h 127.0.0.1 -q\"", "");
+        .collect();
+    let owner_of = |table: &str| {
+        owners.iter().find(|(_, rows)| {
+            rows.iter()
+                .any(|s| s.key.is_some_and(|k| k.starts_with(&format!("{table}."))))
+        })
+    };
+    let mut common = String::new();
+    let mut table = String::new();
+    for line in uncommented.lines() {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            table = name.to_string();
+        }
+        let Some((name, rows)) = owner_of(&table) else {
+            common.push_str(line);
+            common.push('\n');
+            continue;
+        };
+        let Some((leaf, _)) = line.split_once(" = ") else {
+            continue;
+        };
+        let key = format!("{table}.{leaf}");
+        assert!(
+            rows.iter().any(|s| s.key == Some(key.as_str())),
+            "the example's {key} is not an option of {name}"
+        );
+        let one = format!("[{table}]\n{line}\n");
+        let all = all_options(&catalog);
+        if let Err(e) = super::ConfigFile::parse("example", &one, &all) {
+            panic!("the example's {key}: {e}");
+        }
+    }
+    // The rest builds as one configuration; run-once, a mode of its own
+    // (it makes the child's exit leaderd's), is shown but left out here.
+    let uncommented = common.replace("wait = \"30s\"", "");
     let c = Case::new()
         .file(&uncommented)
         .build()
