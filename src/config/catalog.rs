@@ -88,10 +88,4 @@ impl Features {
             any.downcast_ref()
         })
     }
-
-    /// Sets a feature's settings (tests build a `Config` by hand).
-    pub fn with(mut self, settings: impl Settings) -> Features {
-        self.0.push(Arc::new(settings));
-        self
-    }
 }
