@@ -28,12 +28,19 @@ pub struct Declared {
     pub selectors: &'static [&'static Spec],
     /// Resolves its options once chosen.
     pub resolve: Resolve,
-    /// For the one backend used when none is chosen: resolves its default.
-    pub fallback: Option<Resolve>,
+    /// For a backend used when none is chosen: resolves its default where
+    /// it applies (the first that applies is used, in [`BACKENDS`] order).
+    ///
+    /// [`BACKENDS`]: crate::lease::BACKENDS
+    pub fallback: Option<Fallback>,
 }
 
 /// How a backend resolves its options into its settings.
 pub type Resolve = fn(&mut Resolving<'_>) -> Result<Backend, ConfigError>;
+
+/// How a backend resolves its default when none is chosen; `None`: its
+/// default does not apply here (the Kubernetes Lease outside a pod).
+pub type Fallback = fn(&mut Resolving<'_>) -> Option<Result<Backend, ConfigError>>;
 
 /// A backend's resolved settings: any type of its own.
 pub trait Settings: Any + fmt::Debug + Send + Sync {}

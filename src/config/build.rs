@@ -217,11 +217,11 @@ fn choose(backends: &[&'static Declared], x: &mut Resolving<'_>) -> Result<Backe
         .iter()
         .filter_map(|b| x.r.given(b.selectors).map(|origin| (*b, origin)))
         .collect();
-    let (one, resolve) = match chosen.as_slice() {
-        [(one, _)] => (*one, one.resolve),
+    let (one, resolved) = match chosen.as_slice() {
+        [(one, _)] => (*one, (one.resolve)(x)),
         [] => backends
             .iter()
-            .find_map(|b| b.fallback.map(|f| (*b, f)))
+            .find_map(|b| Some((*b, (b.fallback?)(x)?)))
             .ok_or_else(|| ConfigError("no backend configured".into()))?,
         many => {
             let named: Vec<_> = many
@@ -241,7 +241,7 @@ fn choose(backends: &[&'static Declared], x: &mut Resolving<'_>) -> Result<Backe
             x.warnings.push(format!("{warning}; it is ignored"));
         }
     }
-    resolve(x)
+    resolved
 }
 
 /// `$POD_NAME` (set from the downward API in Kubernetes), else the host name.

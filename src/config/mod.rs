@@ -38,7 +38,7 @@ pub(crate) mod tests;
 mod values;
 
 pub use args::ConfigArgs;
-pub use backend::{Backend, Declared, Resolve, Resolving, Settings};
+pub use backend::{Backend, Declared, Fallback, Resolve, Resolving, Settings};
 pub use catalog::{Catalog, Feature, Features, ResolveFeature, Section, all_options};
 pub use error::ConfigError;
 pub use file::ConfigFile;

@@ -240,7 +240,7 @@ fn another_backends_options_are_ignored_with_a_warning() {
 }
 
 #[test]
-fn backends_are_exclusive_and_kubernetes_needs_redis() {
+fn backends_are_exclusive_and_a_pod_defaults_to_a_kubernetes_lease() {
     let err = Case::new()
         .args(|a| {
             a.set(&REDIS, "redis://127.0.0.1:6379");
@@ -251,10 +251,20 @@ fn backends_are_exclusive_and_kubernetes_needs_redis() {
         err.contains("choose one") && err.contains("--redis") && err.contains("--lock-file"),
         "{err}"
     );
-    let err = Case::new().env("KUBERNETES_SERVICE_HOST", "10.0.0.1").err();
-    assert!(
-        err.contains("Kubernetes") && err.contains("--redis"),
-        "{err}"
+    let pod = Case::new()
+        .env("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+        .args(|a| a.set(&crate::config::options::KEY, "Billing/Nightly"))
+        .build()
+        .unwrap();
+    let lease = pod
+        .backend
+        .get::<crate::lease::kubernetes::config::KubernetesConfig>()
+        .expect("a pod with no backend configured elects with a Lease");
+    assert_eq!(lease.lease, "billing-nightly");
+    assert!(lease.implicit);
+    assert_eq!(
+        lease.source,
+        crate::lease::kubernetes::config::Source::InCluster
     );
     let explicit = Case::new()
         .env("KUBERNETES_SERVICE_HOST", "10.0.0.1")

@@ -9,7 +9,9 @@
 //! [`postgres`] (a lease table, optionally with a session advisory lock),
 //! [`etcd`] (a key bound to an etcd lease, its revision the fencing token)
 //! and [`zookeeper`] (a queue of ephemeral sequential nodes and a lease
-//! node, a zxid the fencing token). A backend owns its connections, its
+//! node, a zxid the fencing token) and [`kubernetes`] (a
+//! `coordination.k8s.io/v1` Lease, as client-go writes it; the default in a
+//! pod). A backend owns its connections, its
 //! wake-ups, its errors and their hints, and its part of `leaderd check`.
 //! [`open`] is the one place that opens a backend from the configuration;
 //! the runner, `app` and the HTTP layer only see the trait.
@@ -29,6 +31,7 @@
 pub mod contract;
 pub mod etcd;
 pub mod file;
+pub mod kubernetes;
 pub mod options;
 mod pem;
 pub mod postgres;
@@ -55,6 +58,7 @@ pub const BACKENDS: &[&BackendEntry] = &[
     &postgres::ENTRY,
     &etcd::ENTRY,
     &zookeeper::ENTRY,
+    &kubernetes::ENTRY,
     &file::ENTRY,
 ];
 

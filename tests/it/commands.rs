@@ -168,11 +168,15 @@ fn embedded_default_runs_without_any_backend() {
 }
 
 #[test]
-fn inside_kubernetes_the_lock_file_default_is_refused() {
-    let (code, err) = support::run_with_env(&["run"], &[("KUBERNETES_SERVICE_HOST", "10.0.0.1")]);
-    assert_eq!(code, 2);
+fn inside_kubernetes_the_default_is_a_lease_and_check_says_why() {
+    let (code, err) = support::run_with_env(
+        &["check", "--key", "Nightly_Job"],
+        &[("KUBERNETES_SERVICE_HOST", "10.0.0.1")],
+    );
+    // No service account is mounted here: a configuration error, exit 2.
+    assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("Kubernetes") && err.contains("--redis"),
+        err.contains("service account") && err.contains("nightly-job"),
         "{err}"
     );
 }

@@ -42,14 +42,9 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
     Ok(settle(x, file, false))
 }
 
-/// No backend configured: a lock file in the user's private directory,
-/// except inside Kubernetes, where it would coordinate one pod only.
-fn fallback(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
-    if (x.r.sources().env)("KUBERNETES_SERVICE_HOST").is_some_and(|v| !v.is_empty()) {
-        return Err(ConfigError(
-            "no backend configured, and inside Kubernetes the embedded lock file would coordinate only this pod; give --redis redis://HOST:6379 (or LEADERD_REDIS_URL)".into(),
-        ));
-    }
+/// No backend configured (and not in a pod, where the Kubernetes Lease is
+/// the default): a lock file in the user's private directory.
+fn fallback(x: &mut Resolving<'_>) -> Option<Result<Backend, ConfigError>> {
     let dir = crate::private::default_dir(
         x.r.env("XDG_RUNTIME_DIR").ok().flatten(),
         x.r.env("TMPDIR").ok().flatten(),
@@ -57,9 +52,9 @@ fn fallback(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
     let path = dir.join(format!("leaderd-{}.lock", x.key.replace('/', "_")));
     let file = Value {
         value: path,
-        origin: Origin::Default("no --redis: lock file on this host"),
+        origin: Origin::Default("no backend configured: lock file on this host"),
     };
-    Ok(settle(x, file, true))
+    Some(Ok(settle(x, file, true)))
 }
 
 fn settle(x: &mut Resolving<'_>, file: Value<PathBuf>, implicit: bool) -> Backend {

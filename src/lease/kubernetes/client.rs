@@ -1,0 +1,246 @@
+//! The API server, through `kube`'s client: built on first use from the
+//! kubeconfig or the pod's service account (`kube` reads both as kubectl
+//! does, and re-reads a projected service-account token as the kubelet
+//! rotates it), with `kube`'s own retry layer off, since leaderd's renew
+//! deadline is the only clock that decides; every request bounded by the
+//! configured timeout. Owns the sorting of the API server's answers into
+//! what the lease needs to branch on (a conflict, an absent object) and
+//! [`Error`]s that say what to fix.
+
+use super::config::{KubernetesConfig, Source};
+use crate::lease::contract::Error;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, PostParams};
+use std::future::Future;
+
+/// The hint of a 403: what leaderd's identity needs.
+const RBAC_HINT: &str = "give leaderd's identity the Role in docs/kubernetes.md (get, update and watch on the Lease and its NAME-candidates Lease by resourceNames, create on leases)";
+/// The hint of a 401.
+const AUTH_HINT: &str = "the API server does not accept leaderd's credentials: check the token or client certificate of the kubeconfig context (--kubeconfig), or the pod's service account token";
+
+/// Why a request did not do what it asked, where the caller branches.
+#[derive(Debug)]
+pub(super) enum Failure {
+    /// 409: the object changed since it was read (or exists already).
+    Conflict,
+    /// 404: the object is not there.
+    Missing,
+    Other(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Other(e)
+    }
+}
+
+pub(super) struct Client {
+    pub(super) config: KubernetesConfig,
+    /// The client and the namespace, once built.
+    built: Option<(kube::Client, String)>,
+    /// How logs show the API server and the Lease.
+    pub(super) shown: String,
+}
+
+impl Client {
+    pub(super) fn new(config: &KubernetesConfig) -> Client {
+        let namespace = config
+            .namespace
+            .as_deref()
+            .unwrap_or("(its default namespace)");
+        let via = match &config.source {
+            Source::InCluster => "the pod's service account".to_string(),
+            Source::Kubeconfig(Some(path)) => format!("kubeconfig {}", path.display()),
+            Source::Kubeconfig(None) => "the current kubeconfig context".to_string(),
+        };
+        Client {
+            shown: format!("Kubernetes Lease {namespace}/{} (via {via})", config.lease),
+            config: config.clone(),
+            built: None,
+        }
+    }
+
+    fn backend(&self) -> String {
+        "the Kubernetes API server".to_string()
+    }
+
+    /// The leases of the configured namespace, the client built on first use.
+    pub(super) async fn leases(&mut self) -> Result<Api<Lease>, Error> {
+        Ok(Api::namespaced(
+            self.kube().await?,
+            &self.namespace().await?,
+        ))
+    }
+
+    /// The namespace the Lease lives in.
+    pub(super) async fn namespace(&mut self) -> Result<String, Error> {
+        self.kube().await?;
+        Ok(self.built.as_ref().expect("built").1.clone())
+    }
+
+    /// The client, built on first use.
+    pub(super) async fn kube(&mut self) -> Result<kube::Client, Error> {
+        if let Some((client, _)) = &self.built {
+            return Ok(client.clone());
+        }
+        let mut config = self.kube_config().await?;
+        config.default_retry = false;
+        config.connect_timeout = Some(self.config.timeout);
+        let namespace = self
+            .config
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        self.shown = self.shown.replace("(its default namespace)", &namespace);
+        let client = kube::Client::try_from(config).map_err(|e| Error::Misconfigured {
+            backend: self.backend(),
+            detail: format!("cannot build a client: {e}"),
+            hint: "check the kubeconfig's server, certificates and credentials",
+        })?;
+        self.built = Some((client.clone(), namespace));
+        Ok(client)
+    }
+
+    async fn kube_config(&self) -> Result<kube::Config, Error> {
+        let refused = |detail: String, hint: &'static str| Error::Misconfigured {
+            backend: "Kubernetes".to_string(),
+            detail,
+            hint,
+        };
+        let options = kube::config::KubeConfigOptions::default();
+        match &self.config.source {
+            Source::InCluster => kube::Config::incluster().map_err(|e| {
+                refused(
+                    format!("cannot use the pod's service account: {e}"),
+                    "check that the pod mounts its service account token (automountServiceAccountToken), or give --kubeconfig",
+                )
+            }),
+            Source::Kubeconfig(Some(path)) => {
+                let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                    refused(
+                        format!("cannot read the kubeconfig {}: {e}", path.display()),
+                        "check the file named by --kubeconfig",
+                    )
+                })?;
+                kube::Config::from_custom_kubeconfig(file, &options)
+                    .await
+                    .map_err(|e| {
+                        refused(
+                            format!("the kubeconfig {}: {e}", path.display()),
+                            "check its current context, cluster and user",
+                        )
+                    })
+            }
+            Source::Kubeconfig(None) => kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| {
+                    refused(
+                        format!("no usable kubeconfig ($KUBECONFIG or ~/.kube/config): {e}"),
+                        "give --kubeconfig FILE, or run leaderd in a pod with a service account",
+                    )
+                }),
+        }
+    }
+
+    /// One request, bounded by the timeout, its failure sorted.
+    pub(super) async fn call<T>(
+        &self,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, Failure> {
+        match tokio::time::timeout(self.config.timeout, request).await {
+            Err(_) => Err(Failure::Other(Error::Timeout {
+                backend: self.backend(),
+                timeout: self.config.timeout,
+            })),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(self.sort(e)),
+        }
+    }
+
+    /// A kube error as the lease branches on it.
+    pub(super) fn sort(&self, e: kube::Error) -> Failure {
+        let backend = self.backend();
+        match e {
+            kube::Error::Api(status) => match status.code {
+                409 => Failure::Conflict,
+                404 => Failure::Missing,
+                401 => Failure::Other(Error::Misconfigured {
+                    backend,
+                    detail: format!("401 {}: {}", status.reason, status.message),
+                    hint: AUTH_HINT,
+                }),
+                403 => Failure::Other(Error::Misconfigured {
+                    backend,
+                    detail: format!("403 {}", status.message),
+                    hint: RBAC_HINT,
+                }),
+                code if code >= 500 || code == 429 => Failure::Other(Error::Connection {
+                    backend,
+                    detail: format!("{code} {}: {}", status.reason, status.message),
+                }),
+                code => Failure::Other(Error::Unexpected {
+                    backend,
+                    detail: format!("{code} {}: {}", status.reason, status.message),
+                }),
+            },
+            kube::Error::Auth(e) => Failure::Other(Error::Misconfigured {
+                backend,
+                detail: format!("cannot authenticate: {e}"),
+                hint: AUTH_HINT,
+            }),
+            e @ (kube::Error::SerdeError(_) | kube::Error::BuildRequest(_)) => {
+                Failure::Other(Error::Unexpected {
+                    backend,
+                    detail: e.to_string(),
+                })
+            }
+            e => Failure::Other(Error::Connection {
+                backend,
+                detail: tls_or_plain(&e),
+            }),
+        }
+    }
+
+    /// The Lease `name`, or `None`.
+    pub(super) async fn get(&mut self, name: &str) -> Result<Option<Lease>, Error> {
+        let api = self.leases().await?;
+        match self.call(api.get(name)).await {
+            Ok(lease) => Ok(Some(lease)),
+            Err(Failure::Missing) => Ok(None),
+            Err(Failure::Conflict) => Err(Error::Unexpected {
+                backend: self.backend(),
+                detail: "409 on a read".into(),
+            }),
+            Err(Failure::Other(e)) => Err(e),
+        }
+    }
+
+    /// Creates `lease`; `Conflict` when it exists already.
+    pub(super) async fn create(&mut self, lease: &Lease) -> Result<Lease, Failure> {
+        let api = self.leases().await?;
+        self.call(api.create(&PostParams::default(), lease)).await
+    }
+
+    /// Replaces `lease` if it is still at its `resourceVersion` (a
+    /// compare-and-swap): `Conflict` when it changed, `Missing` when gone.
+    pub(super) async fn replace(&mut self, lease: &Lease) -> Result<Lease, Failure> {
+        let api = self.leases().await?;
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        self.call(api.replace(&name, &PostParams::default(), lease))
+            .await
+    }
+}
+
+/// The error's chain in one line (hyper and rustls nest the cause).
+fn tls_or_plain(e: &kube::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = s.source();
+    }
+    text
+}

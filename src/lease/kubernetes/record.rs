@@ -1,0 +1,176 @@
+//! The Lease as client-go writes it, and what a candidate reads from it.
+//! Pure: the writes of an acquisition, a renewal and a release, and the
+//! observer's clock — client-go's rule that another holder's lease expires
+//! `leaseDurationSeconds` after *this* candidate last saw the record
+//! change, on its own monotonic clock, never by comparing `renewTime` with
+//! the local wall clock (skewed clocks must not shorten a lease).
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Who wrote the lease: a digest of the candidate's ownership token (the
+/// token itself never leaves the process).
+pub(super) const OWNER: &str = "leaderd.io/owner";
+/// The term's fencing token, for people to read (`kubectl get lease -o
+/// yaml`); never read back as input.
+pub(super) const FENCING: &str = "leaderd.io/fencing-token";
+
+/// The client-go record of a Lease, as compared between looks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Seen {
+    pub(super) holder: Option<String>,
+    pub(super) duration: Duration,
+    pub(super) acquired: Option<Timestamp>,
+    pub(super) renewed: Option<Timestamp>,
+    pub(super) transitions: i32,
+}
+
+impl Seen {
+    pub(super) fn of(lease: &Lease) -> Seen {
+        let spec = lease.spec.clone().unwrap_or_default();
+        Seen {
+            holder: spec.holder_identity.filter(|h| !h.is_empty()),
+            duration: Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64),
+            acquired: spec.acquire_time.map(|t| t.0),
+            renewed: spec.renew_time.map(|t| t.0),
+            transitions: spec.lease_transitions.unwrap_or(0),
+        }
+    }
+}
+
+impl Seen {
+    /// The term, for the vacancy rule: its acquisition's instant.
+    pub(super) fn term(&self) -> u64 {
+        self.acquired
+            .map_or(0, |t| t.as_microsecond().unsigned_abs())
+    }
+}
+
+/// Written by this candidate (`digest`, its id the holder).
+pub(super) fn is_ours(lease: &Lease, id: &str, digest: &str) -> bool {
+    let owner = annotation(lease, OWNER);
+    Seen::of(lease).holder.as_deref() == Some(id) && owner.as_deref() == Some(digest)
+}
+
+pub(super) fn annotation(lease: &Lease, key: &str) -> Option<String> {
+    lease.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+/// The fencing token an annotation shows (people's view only).
+pub(super) fn shown_token(lease: &Lease) -> Option<u64> {
+    annotation(lease, FENCING)?.parse().ok()
+}
+
+/// The object's `resourceVersion` as a number (comparable since
+/// Kubernetes 1.35: etcd's revision of the write).
+pub(super) fn revision(lease: &Lease) -> Option<u64> {
+    lease.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+/// The observer's clock: the record last seen and since when.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Observer {
+    last: Option<(Seen, Instant)>,
+}
+
+impl Observer {
+    /// A look at `seen` at `now`; how long until its lease expires by the
+    /// observer's clock (zero: expired; `None`: nobody holds it).
+    pub(super) fn look(&mut self, seen: &Seen, now: Instant) -> Option<Duration> {
+        let since = match &self.last {
+            Some((last, at)) if last == seen => *at,
+            _ => {
+                self.last = Some((seen.clone(), now));
+                now
+            }
+        };
+        seen.holder.as_ref()?;
+        Some((since + seen.duration).saturating_duration_since(now))
+    }
+
+    /// The instant the lease last seen could expire at the earliest, with
+    /// its record: for the vacancy rule when it disappears.
+    pub(super) fn expiry(&self) -> Option<(&Seen, Instant)> {
+        self.last
+            .as_ref()
+            .filter(|(s, _)| s.holder.is_some())
+            .map(|(s, at)| (s, *at + s.duration))
+    }
+}
+
+/// What an acquisition writes over `base` (the object read; `None`: a
+/// create): client-go's record with us the holder, our digest, and
+/// `leaseTransitions` one up when the holder changes.
+pub(super) fn acquisition(
+    base: Option<&Lease>,
+    name: &str,
+    id: &str,
+    digest: &str,
+    duration_secs: i32,
+    now: Timestamp,
+) -> Lease {
+    let mut lease = base.cloned().unwrap_or_else(|| Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+    });
+    let old = lease.spec.clone().unwrap_or_default();
+    let transitions = old.lease_transitions.unwrap_or(0);
+    let changed = old.holder_identity.as_deref() != Some(id) && base.is_some();
+    lease.spec = Some(LeaseSpec {
+        holder_identity: Some(id.to_string()),
+        lease_duration_seconds: Some(duration_secs),
+        acquire_time: Some(MicroTime(now)),
+        renew_time: Some(MicroTime(now)),
+        lease_transitions: Some(if changed {
+            transitions + 1
+        } else {
+            transitions
+        }),
+        ..old
+    });
+    let notes = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    notes.insert(OWNER.to_string(), digest.to_string());
+    notes.remove(FENCING);
+    lease
+}
+
+/// The same lease with the term's token shown.
+pub(super) fn with_token(mut lease: Lease, token: u64) -> Lease {
+    let notes = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    notes.insert(FENCING.to_string(), token.to_string());
+    lease
+}
+
+/// A renewal of `current` (ours): `renewTime` now, the rest as it is.
+pub(super) fn renewal(mut current: Lease, duration_secs: i32, now: Timestamp) -> Lease {
+    let spec = current.spec.get_or_insert_with(LeaseSpec::default);
+    spec.renew_time = Some(MicroTime(now));
+    spec.lease_duration_seconds = Some(duration_secs);
+    current
+}
+
+/// client-go's release (`ReleaseOnCancel`): the holder cleared, one second
+/// left, the transitions kept; and our annotations gone.
+pub(super) fn release(mut current: Lease, now: Timestamp) -> Lease {
+    let spec = current.spec.get_or_insert_with(LeaseSpec::default);
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.acquire_time = Some(MicroTime(now));
+    spec.renew_time = Some(MicroTime(now));
+    if let Some(notes) = current.metadata.annotations.as_mut() {
+        notes.remove(OWNER);
+        notes.remove(FENCING);
+    }
+    current
+}
+
+#[cfg(test)]
+#[path = "record_tests.rs"]
+mod tests;
