@@ -14,11 +14,13 @@
 #                 start, and the fixtures' own requests
 #   zookeeper.jar, java (zookeeper, default-jre-headless)  the ZooKeeper
 #                 servers the fixtures start (QuorumPeerMain, on Java)
+#   curl          (curl)         the Kubernetes fixture's own requests to the
+#                 kube-apiserver it starts (scripts/lib/ensure-kube.sh builds that)
 # The packages' own services are never used: the tests start their own
 # servers on free loopback ports.
 ensure_tools_missing=()
 for tool in redis-server:redis-server promtool:prometheus prometheus:prometheus tmux:tmux \
-  etcd:etcd-server etcdctl:etcd-client; do
+  etcd:etcd-server etcdctl:etcd-client curl:curl; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || ensure_tools_missing+=("${tool##*:}")
 done
 # As root the fixtures run the server as the `postgres` user, which the

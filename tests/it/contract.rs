@@ -14,7 +14,7 @@ use crate::support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use support::backends::{
-    ClusterScene, EtcdScene, LockFileScene, PgScene, RedisScene, RedlockScene, Scene,
+    ClusterScene, EtcdScene, KubeScene, LockFileScene, PgScene, RedisScene, RedlockScene, Scene,
     SentinelScene, ZkScene,
 };
 use support::{Leaderd, eventually, probe_child, probe_events, run_to_end};
@@ -38,6 +38,8 @@ const SCENES: &[(&str, StartScene)] = &[
     ("etcd", EtcdScene::three),
     ("zookeeper", ZkScene::one),
     ("zookeeper", ZkScene::three),
+    ("kubernetes", KubeScene::one),
+    ("kubernetes", KubeScene::three),
 ];
 
 const PATIENCE: Duration = Duration::from_secs(10);

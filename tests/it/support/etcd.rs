@@ -15,6 +15,8 @@ pub struct Member {
     process: Process,
     initial_cluster: String,
     tls: Option<Tls>,
+    /// Debian's `etcd`, or the etcd 3.6 built for kube-apiserver.
+    binary: PathBuf,
 }
 
 /// A member serving its clients over TLS.
@@ -34,6 +36,11 @@ pub struct Etcd {
 impl Etcd {
     /// `n` members forming one cluster.
     pub fn start(n: usize) -> Etcd {
+        Etcd::start_with(n, PathBuf::from("etcd"))
+    }
+
+    /// `n` members of the etcd `binary` forming one cluster.
+    pub fn start_with(n: usize, binary: PathBuf) -> Etcd {
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let tag = super::os::below(1 << 30);
         let initial_cluster = ports
@@ -54,6 +61,7 @@ impl Etcd {
                 ),
                 initial_cluster: initial_cluster.clone(),
                 tls: None,
+                binary: binary.clone(),
             })
             .collect();
         for m in &mut members {
@@ -78,6 +86,7 @@ impl Etcd {
             ))),
             initial_cluster: format!("m0=http://127.0.0.1:{peer}"),
             tls: Some(tls),
+            binary: PathBuf::from("etcd"),
         };
         member.launch();
         let etcd = Etcd {
@@ -171,7 +180,7 @@ impl Member {
         } else {
             "new"
         };
-        let mut cmd = Command::new("etcd");
+        let mut cmd = Command::new(&self.binary);
         if let Some(tls) = &self.tls {
             cmd.args(["--cert-file", super::path_str(&tls.cert)])
                 .args(["--key-file", super::path_str(&tls.key)]);
@@ -205,7 +214,12 @@ impl Member {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("etcd is installed (scripts/test installs etcd-server)");
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start {} ({e}); scripts/test installs etcd-server and builds etcd 3.6 for kube-apiserver",
+                    self.binary.display()
+                )
+            });
         self.process.started(child);
     }
 

@@ -6,6 +6,7 @@
 pub mod backends;
 pub mod cluster;
 pub mod etcd;
+pub mod kube;
 mod leaderd;
 pub mod os;
 pub mod postgres;
