@@ -32,7 +32,7 @@ mod sanity;
 mod schedule;
 
 use support::backends::{
-    ClusterScene, EtcdScene, LockFileScene, PgScene, RedisScene, RedlockScene, Scene,
+    ClusterScene, EtcdScene, KubeScene, LockFileScene, PgScene, RedisScene, RedlockScene, Scene,
     SentinelScene, ZkScene,
 };
 
@@ -40,7 +40,7 @@ type StartScene = fn() -> Box<dyn Scene>;
 
 /// Every backend the nemesis runs, by the name `--backend` takes, and the
 /// name `leaderd::lease::names()` registers it under.
-const BACKENDS: [(&str, &str, StartScene); 10] = [
+const BACKENDS: [(&str, &str, StartScene); 11] = [
     ("lock-file", "lock-file", LockFileScene::start),
     ("redis", "redis", RedisScene::start),
     ("redis-tls", "redis", RedisScene::start_tls),
@@ -51,6 +51,7 @@ const BACKENDS: [(&str, &str, StartScene); 10] = [
     ("postgres-advisory", "postgres-advisory", PgScene::advisory),
     ("etcd", "etcd", EtcdScene::three),
     ("zookeeper", "zookeeper", ZkScene::three),
+    ("kubernetes", "kubernetes", KubeScene::three),
 ];
 
 struct Options {
