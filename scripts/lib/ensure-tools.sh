@@ -16,11 +16,13 @@
 #                 servers the fixtures start (QuorumPeerMain, on Java)
 #   curl          (curl)         the Kubernetes fixture's own requests to the
 #                 kube-apiserver it starts (scripts/lib/ensure-kube.sh builds that)
+#   faketime      (faketime)     a candidate's wall clock an hour off, in the
+#                 Kubernetes Lease's clock-skew test
 # The packages' own services are never used: the tests start their own
 # servers on free loopback ports.
 ensure_tools_missing=()
 for tool in redis-server:redis-server promtool:prometheus prometheus:prometheus tmux:tmux \
-  etcd:etcd-server etcdctl:etcd-client curl:curl; do
+  etcd:etcd-server etcdctl:etcd-client curl:curl faketime:faketime; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || ensure_tools_missing+=("${tool##*:}")
 done
 # As root the fixtures run the server as the `postgres` user, which the

@@ -17,6 +17,7 @@ mod faults;
 mod fixtures;
 mod health;
 mod http;
+mod kubernetes;
 mod layout;
 mod local_files;
 mod logs;

@@ -1,5 +1,7 @@
 //! Each candidate's own way to the store: every loopback address in the
-//! backend's flags is replaced, per candidate, by a proxy of its own to it,
+//! backend's flags, and in the files they name (a kubeconfig's server), is
+//! replaced, per candidate, by a proxy of its own to it (a file by a copy
+//! of its own),
 //! so one candidate can be cut off (a partition), slowed (latency) or have
 //! its connections reset while the others are not. Addresses the store
 //! hands out itself (Sentinel's master, a Cluster's redirects) are reached
@@ -18,10 +20,19 @@ pub struct Links {
     pub args: Vec<Vec<String>>,
 }
 
-/// The loopback ports named in `args` (`127.0.0.1:PORT`, `localhost:PORT`).
+/// The text of the file `arg` names, when it names a small one.
+fn named_file(arg: &str) -> Option<String> {
+    let path = std::path::Path::new(arg);
+    let small = std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() < 1 << 16);
+    small.then(|| std::fs::read_to_string(path).ok()).flatten()
+}
+
+/// The loopback ports named in `args` (`127.0.0.1:PORT`, `localhost:PORT`),
+/// or in the files they name.
 fn ports(args: &[String]) -> Vec<u16> {
     let mut found = Vec::new();
-    for arg in args {
+    let files: Vec<String> = args.iter().filter_map(|a| named_file(a)).collect();
+    for arg in args.iter().chain(&files) {
         for host in ["127.0.0.1:", "localhost:"] {
             for (at, _) in arg.match_indices(host) {
                 let digits: String = arg[at + host.len()..]
@@ -77,9 +88,16 @@ impl Links {
                 .zip(&proxies)
                 .map(|(&t, p)| (t, p.port))
                 .collect();
-            links
-                .args
-                .push(args.iter().map(|a| rewrite(a, &map)).collect());
+            let i = links.args.len();
+            let mine = args.iter().map(|a| match named_file(a) {
+                Some(text) if !ports(std::slice::from_ref(&text)).is_empty() => {
+                    let copy = format!("{a}.link{i}");
+                    std::fs::write(&copy, rewrite(&text, &map)).expect("a file's copy");
+                    copy
+                }
+                _ => rewrite(a, &map),
+            });
+            links.args.push(mine.collect());
             links.proxies.push(proxies);
         }
         links
@@ -131,6 +149,17 @@ pub fn self_test() -> Result<(), String> {
     }
     if rewrite("127.0.0.1:70001", &map) != "127.0.0.1:70001" {
         return Err("a longer number was taken for a port".into());
+    }
+    let file = std::env::temp_dir().join(format!("leaderd-links-{}", std::process::id()));
+    std::fs::write(&file, "server: https://127.0.0.1:7000\n").map_err(|e| e.to_string())?;
+    let named = [
+        "--kubeconfig".to_string(),
+        file.to_str().expect("utf-8").to_string(),
+    ];
+    let found = ports(&named);
+    let _ = std::fs::remove_file(&file);
+    if found != [7000] {
+        return Err(format!("ports in a named file: {found:?}"));
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! design; the access reviews stand for it.
 
 use super::KubeLease;
+use super::client::Failure;
 use super::record::Seen;
 use crate::lease::contract::Error;
 use k8s_openapi::api::authorization::v1::{
@@ -13,17 +14,48 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::{Api, PostParams};
 
-/// What leaderd does with leases: (verb, on which object; `None`: any).
-fn needed(name: &str) -> Vec<(&'static str, Option<String>)> {
-    let registry = format!("{name}-candidates");
-    vec![
-        ("get", Some(name.to_string())),
-        ("update", Some(name.to_string())),
-        ("watch", Some(name.to_string())),
-        ("create", None),
-        ("get", Some(registry.clone())),
-        ("update", Some(registry)),
-    ]
+/// One verb on leases: on the object `name`, or on any (`None`).
+struct Need {
+    verb: &'static str,
+    name: Option<String>,
+}
+
+impl Need {
+    fn shown(&self) -> String {
+        match &self.name {
+            Some(n) => format!("{} the Lease {n}", self.verb),
+            None => format!("{} leases", self.verb),
+        }
+    }
+}
+
+/// Whether leaderd's identity may do `need` in `namespace`.
+async fn allowed(lease: &mut KubeLease, namespace: &str, need: &Need) -> Result<bool, Error> {
+    let client = lease.client.kube().await?;
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client);
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("coordination.k8s.io".into()),
+                resource: Some("leases".into()),
+                namespace: Some(namespace.to_string()),
+                verb: Some(need.verb.into()),
+                name: need.name.clone(),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let answer = lease
+        .client
+        .call(reviews.create(&PostParams::default(), &review))
+        .await
+        .map_err(|f| match f {
+            Failure::Other(e) => e,
+            _ => unexpected("the access review was refused"),
+        })?;
+    Ok(answer.status.as_ref().is_some_and(|s| s.allowed))
 }
 
 pub(super) async fn report(lease: &mut KubeLease) -> Result<Vec<String>, Error> {
@@ -35,64 +67,82 @@ pub(super) async fn report(lease: &mut KubeLease) -> Result<Vec<String>, Error> 
             "API server {} reached ({})",
             v.git_version, lease.client.shown
         ),
-        Err(super::client::Failure::Other(e)) => return Err(e),
+        Err(Failure::Other(e)) => return Err(e),
         Err(_) => return Err(unexpected("no version from the API server")),
     }];
-    let reviews: Api<SelfSubjectAccessReview> = Api::all(client);
+    let name = lease.name.clone();
+    let registry = format!("{name}-candidates");
+    let on = |verb, name: &String| Need {
+        verb,
+        name: Some(name.clone()),
+    };
     let mut missing = Vec::new();
-    for (verb, name) in needed(&lease.name) {
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some("coordination.k8s.io".into()),
-                    resource: Some("leases".into()),
-                    namespace: Some(namespace.clone()),
-                    verb: Some(verb.into()),
-                    name: name.clone(),
-                    ..ResourceAttributes::default()
-                }),
-                ..SelfSubjectAccessReviewSpec::default()
-            },
-            ..SelfSubjectAccessReview::default()
-        };
-        let answer = lease
-            .client
-            .call(reviews.create(&PostParams::default(), &review))
-            .await
-            .map_err(|f| match f {
-                super::client::Failure::Other(e) => e,
-                _ => unexpected("the access review was refused"),
-            })?;
-        let allowed = answer.status.as_ref().is_some_and(|s| s.allowed);
-        if !allowed {
-            let on = name.map_or("leases".to_string(), |n| format!("the Lease {n}"));
-            missing.push(format!("{verb} on {on}"));
+    for need in [
+        on("get", &name),
+        on("update", &name),
+        on("get", &registry),
+        on("update", &registry),
+    ] {
+        if !allowed(lease, &namespace, &need).await? {
+            missing.push(need.shown());
         }
     }
     if !missing.is_empty() {
-        return Err(Error::Misconfigured {
-            backend: lease.client.shown.clone(),
-            detail: format!(
+        return Err(refused(
+            lease,
+            format!(
                 "leaderd's identity may not {} in namespace {namespace}",
                 missing.join(", ")
             ),
-            hint: "apply the Role and RoleBinding in deploy/kubernetes/rbac.yaml (docs/kubernetes.md says why each verb)",
-        });
+        ));
+    }
+    // Both objects there (pre-created): no `create` needed.
+    let current = lease.client.get(&name).await?;
+    let absent: Vec<&String> = [(&name, current.is_some())]
+        .into_iter()
+        .chain([(&registry, lease.client.get(&registry).await?.is_some())])
+        .filter(|(_, there)| !there)
+        .map(|(n, _)| n)
+        .collect();
+    let create = Need {
+        verb: "create",
+        name: None,
+    };
+    if !absent.is_empty() && !allowed(lease, &namespace, &create).await? {
+        let names: Vec<String> = absent.iter().map(|n| format!("the Lease {n}")).collect();
+        return Err(refused(
+            lease,
+            format!(
+                "leaderd's identity may not create leases in namespace {namespace} ({} {} not exist yet: grant create, or create {} first)",
+                names.join(" and "),
+                if names.len() > 1 { "do" } else { "does" },
+                if names.len() > 1 { "them" } else { "it" },
+            ),
+        ));
     }
     lines.push(format!(
-        "allowed: get, update and watch on the Lease {name}, create on leases, get and update on {name}-candidates (namespace {namespace})",
-        name = lease.name
+        "allowed in namespace {namespace}: get and update on the Lease {name} and on {registry}{}",
+        if absent.is_empty() {
+            ""
+        } else {
+            ", create on leases"
+        }
     ));
-    lines.push(match lease.client.get(&lease.name).await? {
-        None => format!(
-            "the Lease {} does not exist yet; the first candidate creates it",
-            lease.name
-        ),
+    if allowed(lease, &namespace, &on("watch", &name)).await? {
+        lines.push(format!(
+            "watch on the Lease {name} is allowed: waiters wake at a release"
+        ));
+    } else {
+        lines.push(format!(
+            "watch on the Lease {name} is not allowed: waiters poll every retry interval instead of waking at a release (grant watch to hand over in milliseconds)"
+        ));
+    }
+    lines.push(match current {
+        None => format!("the Lease {name} does not exist yet; the first candidate creates it"),
         Some(l) => {
             let seen = Seen::of(&l);
             format!(
-                "the Lease {} is held by {}, leaseDurationSeconds {}, {} transition(s)",
-                lease.name,
+                "the Lease {name} is held by {}, leaseDurationSeconds {}, {} transition(s)",
                 seen.holder.as_deref().unwrap_or("nobody"),
                 seen.duration.as_secs(),
                 seen.transitions
@@ -102,6 +152,14 @@ pub(super) async fn report(lease: &mut KubeLease) -> Result<Vec<String>, Error> 
     Ok(lines)
 }
 
+/// What leaderd's identity may not do, and the Role that fixes it.
+fn refused(lease: &KubeLease, detail: String) -> Error {
+    Error::Misconfigured {
+        backend: lease.client.shown.clone(),
+        detail,
+        hint: "apply the Role and RoleBinding in docs/kubernetes.md (it says why each verb)",
+    }
+}
 fn unexpected(detail: &str) -> Error {
     Error::Unexpected {
         backend: "the Kubernetes API server".into(),

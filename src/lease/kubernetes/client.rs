@@ -44,10 +44,7 @@ pub(super) struct Client {
 
 impl Client {
     pub(super) fn new(config: &KubernetesConfig) -> Client {
-        let namespace = config
-            .namespace
-            .as_deref()
-            .unwrap_or("(its default namespace)");
+        let namespace = namespace_of(config);
         let via = match &config.source {
             Source::InCluster => "the pod's service account".to_string(),
             Source::Kubeconfig(Some(path)) => format!("kubeconfig {}", path.display()),
@@ -86,12 +83,7 @@ impl Client {
         let mut config = self.kube_config().await?;
         config.default_retry = false;
         config.connect_timeout = Some(self.config.timeout);
-        let namespace = self
-            .config
-            .namespace
-            .clone()
-            .unwrap_or_else(|| config.default_namespace.clone());
-        self.shown = self.shown.replace("(its default namespace)", &namespace);
+        let namespace = namespace_of(&self.config);
         let client = kube::Client::try_from(config).map_err(|e| Error::Misconfigured {
             backend: self.backend(),
             detail: format!("cannot build a client: {e}"),
@@ -229,6 +221,34 @@ impl Client {
         self.call(api.replace(&name, &PostParams::default(), lease))
             .await
     }
+}
+
+/// Where the Lease lives, as kubectl decides: the option, else the pod's
+/// own namespace (in a pod), else the kubeconfig context's, else `default`.
+fn namespace_of(config: &KubernetesConfig) -> String {
+    const POD_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+    if let Some(ns) = &config.namespace {
+        return ns.clone();
+    }
+    let found = match &config.source {
+        Source::InCluster => std::fs::read_to_string(POD_NAMESPACE)
+            .ok()
+            .map(|t| t.trim().to_string()),
+        Source::Kubeconfig(path) => {
+            let file = match path {
+                Some(p) => kube::config::Kubeconfig::read_from(p).ok(),
+                None => kube::config::Kubeconfig::read().ok(),
+            };
+            file.and_then(|k| {
+                let current = k.current_context.clone()?;
+                let named = k.contexts.into_iter().find(|c| c.name == current)?;
+                named.context?.namespace
+            })
+        }
+    };
+    found
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".to_string())
 }
 
 /// The error's chain in one line (hyper and rustls nest the cause).

@@ -838,7 +838,7 @@ pub fn lease_name(key: &str) -> String {
 impl KubeScene {
     fn with(members: usize) -> Box<dyn Scene> {
         let kube = super::kube::Kube::start(members);
-        let kubeconfig = kube.kubeconfig(super::kube::Who::Candidate, 0);
+        let kubeconfig = kube.kubeconfig(super::kube::CANDIDATE, 0);
         Box::new(KubeScene {
             kube,
             kubeconfig,

@@ -19,34 +19,23 @@ use std::time::Duration;
 /// The namespace the tests' Leases live in.
 pub const NAMESPACE: &str = "default";
 
-/// The identities of the token file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Who {
-    /// `system:masters`.
-    Admin,
-    /// User `leaderd-candidate`, bound to the Role `leaderd` (leases: get,
-    /// update, watch, create).
-    Candidate,
-    /// User `stranger`, bound to nothing.
-    Stranger,
-}
+/// The users of the static token file: `admin` is in `system:masters`;
+/// `leaderd-candidate` is bound to the Role `leaderd` (leases: get, update,
+/// watch, create); the others are bound to nothing until a test binds them.
+pub const USERS: &[&str] = &[
+    ADMIN,
+    CANDIDATE,
+    "stranger",
+    "no-update",
+    "no-create",
+    "no-watch",
+];
+pub const ADMIN: &str = "admin";
+pub const CANDIDATE: &str = "leaderd-candidate";
 
-impl Who {
-    fn token(self) -> &'static str {
-        match self {
-            Who::Admin => "admin-token-0123456789",
-            Who::Candidate => "candidate-token-0123456789",
-            Who::Stranger => "stranger-token-0123456789",
-        }
-    }
-
-    pub fn user(self) -> &'static str {
-        match self {
-            Who::Admin => "admin",
-            Who::Candidate => "leaderd-candidate",
-            Who::Stranger => "stranger",
-        }
-    }
+/// The bearer token of `user` (none for a user not in [`USERS`]).
+pub fn token(user: &str) -> String {
+    format!("token-{user}-0123456789")
 }
 
 pub struct ApiServer {
@@ -93,16 +82,13 @@ impl Kube {
         // private one (PKCS#8, which it reads only as a signing key).
         std::fs::write(dir.join("sa.key"), sa.serialize_pem()).expect("write the key");
         std::fs::write(dir.join("sa.pub"), sa.public_key_pem()).expect("write the key");
-        let tokens = [Who::Admin, Who::Candidate, Who::Stranger]
-            .map(|w| {
-                let group = if w == Who::Admin {
-                    "system:masters"
-                } else {
-                    ""
-                };
-                format!("{},{},uid-{},\"{group}\"\n", w.token(), w.user(), w.user())
+        let tokens: String = USERS
+            .iter()
+            .map(|user| {
+                let group = if *user == ADMIN { "system:masters" } else { "" };
+                format!("{},{user},uid-{user},\"{group}\"\n", token(user))
             })
-            .concat();
+            .collect();
         std::fs::write(dir.join("tokens.csv"), tokens).expect("write the tokens");
         pki.leaf("apiserver", &["127.0.0.1", "localhost"], false);
         let etcd_urls = etcd
@@ -137,7 +123,7 @@ impl Kube {
     /// Polls `/readyz` of server `i` until it answers ok.
     pub fn wait_ready(&self, i: usize) {
         eventually(Duration::from_secs(90), "kube-apiserver /readyz", || {
-            let (code, body) = self.raw_on(i, Who::Admin, "GET", "/readyz", None);
+            let (code, body) = self.raw_on(i, ADMIN, "GET", "/readyz", None);
             (code == 200 && body.trim() == "ok").then_some(())
         });
     }
@@ -151,7 +137,7 @@ impl Kube {
             "resources": ["leases"],
             "verbs": ["get", "update", "watch", "create"],
         }]);
-        self.role("leaderd", &rules, Who::Candidate.user());
+        self.role("leaderd", &rules, CANDIDATE);
     }
 
     /// A Role `name` with `rules` in the test namespace, bound to `user`.
@@ -171,25 +157,33 @@ impl Kube {
         self.ok("POST", &format!("{base}/rolebindings"), Some(&binding));
     }
 
-    /// A kubeconfig for `who` on server `i` (its token, the test CA).
-    pub fn kubeconfig(&self, who: Who, i: usize) -> PathBuf {
-        let path = self.dir.join(format!("kubeconfig-{}-{i}", who.user()));
+    /// A kubeconfig for `user` on server `i` (its token, the test CA).
+    pub fn kubeconfig(&self, user: &str, i: usize) -> PathBuf {
+        self.kubeconfig_with(user, &token(user), i)
+    }
+
+    /// A kubeconfig for `user` with the bearer token `token`.
+    pub fn kubeconfig_with(&self, user: &str, token: &str, i: usize) -> PathBuf {
+        let path = self.dir.join(format!(
+            "kubeconfig-{user}-{i}-{}",
+            super::os::below(1 << 30)
+        ));
         let text = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority: {ca}\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: {user}\n    namespace: {NAMESPACE}\ncurrent-context: test\n",
             port = self.servers[i].port,
             ca = path_str(&self.pki.ca()),
-            user = who.user(),
-            token = who.token(),
+            user = user,
+            token = token,
         );
         std::fs::write(&path, text).expect("write a kubeconfig");
         path
     }
 
-    /// `curl` to server `i` as `who`: the HTTP status and the body.
+    /// `curl` to server `i` as `user`: the HTTP status and the body.
     pub fn raw_on(
         &self,
         i: usize,
-        who: Who,
+        user: &str,
         method: &str,
         path: &str,
         body: Option<&Value>,
@@ -198,7 +192,7 @@ impl Kube {
         let mut cmd = Command::new("curl");
         cmd.args(["-sS", "--max-time", "5", "-X", method])
             .args(["--cacert", path_str(&self.pki.ca())])
-            .args(["-H", &format!("Authorization: Bearer {}", who.token())])
+            .args(["-H", &format!("Authorization: Bearer {}", token(user))])
             .args(["-w", "\n%{http_code}"]);
         if let Some(body) = body {
             let kind = if method == "PATCH" {
@@ -220,7 +214,7 @@ impl Kube {
     /// As the admin, on the first running server, until it answers 2xx.
     pub fn ok(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
         eventually(Duration::from_secs(30), &format!("{method} {path}"), || {
-            let (code, text) = self.raw_on(0, Who::Admin, method, path, body);
+            let (code, text) = self.raw_on(0, ADMIN, method, path, body);
             (200..300)
                 .contains(&code)
                 .then(|| serde_json::from_str(&text).unwrap_or(Value::Null))
@@ -233,13 +227,13 @@ impl Kube {
 
     /// The Lease `name`, or `None` when absent (or the server is down).
     pub fn lease(&self, name: &str) -> Option<Value> {
-        let (code, text) = self.raw_on(0, Who::Admin, "GET", &Self::lease_path(name), None);
+        let (code, text) = self.raw_on(0, ADMIN, "GET", &Self::lease_path(name), None);
         (code == 200).then(|| serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
     /// `kubectl delete lease NAME`.
     pub fn delete_lease(&self, name: &str) {
-        let (code, _) = self.raw_on(0, Who::Admin, "DELETE", &Self::lease_path(name), None);
+        let (code, _) = self.raw_on(0, ADMIN, "DELETE", &Self::lease_path(name), None);
         assert!(matches!(code, 200 | 404), "DELETE lease {name}: {code}");
     }
 
@@ -263,7 +257,12 @@ impl Kube {
         for m in &mut self.etcd.members {
             m.restart();
         }
-        for s in &mut self.servers {
+        self.recover_servers();
+    }
+
+    /// Starts the API servers killed, on the same ports.
+    pub fn recover_servers(&mut self) {
+        for s in self.servers.iter_mut().filter(|s| !s.process.is_running()) {
             s.launch(&self.pki);
         }
         for i in 0..self.servers.len() {
@@ -322,5 +321,9 @@ impl ApiServer {
 
     pub fn resume(&self) {
         self.process.resume();
+    }
+
+    pub fn kill(&mut self) {
+        self.process.kill();
     }
 }

@@ -1,0 +1,565 @@
+//! The Kubernetes Lease against a real kube-apiserver and etcd 3.6 on
+//! loopback (`support::kube`): RBAC mistakes and a bad token, each with its
+//! exact message; the Lease deleted and overwritten under a working leader;
+//! a 409 storm; an annotation written under the holder; the API server
+//! killed and frozen; two API servers on one etcd; etcd members lost; a
+//! candidate's wall clock an hour off; twenty handovers.
+
+use crate::support;
+
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use support::backends::lease_name;
+use support::kube::{CANDIDATE, Kube, NAMESPACE};
+use support::{Leaderd, eventually, most_alive, probe_child, probe_events, run_to_end, the_leader};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A candidate as `user` through API server `server`.
+struct Candidate<'a> {
+    kube: &'a Kube,
+    server: usize,
+    user: &'a str,
+    key: &'a str,
+    ttl: &'a str,
+}
+
+impl Candidate<'_> {
+    fn args(&self, kubeconfig: &Path) -> Vec<String> {
+        [
+            "--kubernetes-lease",
+            &lease_name(self.key),
+            "--kubeconfig",
+            support::path_str(kubeconfig),
+            "--key",
+            self.key,
+            "--ttl",
+            self.ttl,
+            "--retry-interval",
+            "300ms",
+            "--kubernetes-timeout",
+            "300ms",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    /// `leaderd run` running the probe child, which logs to `log`.
+    fn run(&self, id: &str, log: &Path, env: &[(&str, &str)]) -> Leaderd {
+        let kubeconfig = self.kube.kubeconfig(self.user, self.server);
+        let mut args = self.args(&kubeconfig);
+        args.extend(["--", &probe_child(), support::path_str(log)].map(String::from));
+        let http = format!("127.0.0.1:{}", support::free_port());
+        let mut full: Vec<&str> = vec!["run", "--id", id, "--http", &http];
+        full.extend(args.iter().map(String::as_str));
+        Leaderd::attach(id, &http, support::spawn_with_env(&full, env))
+    }
+
+    /// `leaderd check`: its exit code and stdout + stderr.
+    fn check(&self) -> (i32, String) {
+        self.check_with(&self.kube.kubeconfig(self.user, self.server))
+    }
+
+    fn check_with(&self, kubeconfig: &Path) -> (i32, String) {
+        let mut args = vec!["check".to_string()];
+        args.extend(self.args(kubeconfig));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = run_to_end(&args);
+        (code, format!("{out}{err}"))
+    }
+}
+
+/// The probe logs of `n` candidates in a scratch directory.
+fn logs(name: &str, n: usize) -> (support::Scratch, Vec<PathBuf>) {
+    let dir = support::Scratch::new(&format!("{name}-{}", support::os::below(1 << 30)));
+    let logs = (0..n).map(|i| dir.join(format!("c{i}"))).collect();
+    (dir, logs)
+}
+
+/// Every child start over `logs`.
+fn starts(logs: &[PathBuf]) -> usize {
+    logs.iter()
+        .flat_map(|l| probe_events(l))
+        .filter(|e| e.kind == "start")
+        .count()
+}
+
+fn lease_rules(verbs: &[&str], names: Option<&[String]>) -> serde_json::Value {
+    let mut rule = json!({
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": verbs,
+    });
+    if let Some(names) = names {
+        rule["resourceNames"] = json!(names);
+    }
+    rule
+}
+
+/// A Lease (or the registry's) created by the admin, held by nobody.
+fn precreate(kube: &Kube, name: &str) {
+    let lease = json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": { "name": name }, "spec": {},
+    });
+    kube.ok(
+        "POST",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"),
+        Some(&lease),
+    );
+}
+
+#[test]
+fn rbac_mistakes_and_a_bad_token_say_exactly_what_is_wrong() {
+    let kube = Kube::start(1);
+    let key = support::key("k8s-rbac");
+    let name = lease_name(&key);
+    let names = [name.clone(), format!("{name}-candidates")];
+    let as_user = |user| Candidate {
+        kube: &kube,
+        server: 0,
+        user,
+        key: &key,
+        ttl: "3s",
+    };
+    // The minimal Role but `update`.
+    let no_update = [
+        lease_rules(&["get", "watch"], Some(&names)),
+        lease_rules(&["create"], None),
+    ];
+    kube.role("no-update", &json!(no_update), "no-update");
+    let (code, out) = as_user("no-update").check();
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(&format!(
+            "may not update the Lease {name}, update the Lease {name}-candidates in namespace {NAMESPACE}"
+        )) && out.contains("docs/kubernetes.md"),
+        "{out}"
+    );
+    // The minimal Role but `create`, the Lease absent.
+    let no_create = [lease_rules(&["get", "update", "watch"], Some(&names))];
+    kube.role("no-create", &json!(no_create), "no-create");
+    let (code, out) = as_user("no-create").check();
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(&format!(
+            "may not create leases in namespace {NAMESPACE} (the Lease {name} and the Lease {name}-candidates do not exist yet: grant create, or create them first)"
+        )),
+        "{out}"
+    );
+    // Pre-created, the same identity leads normally.
+    precreate(&kube, &name);
+    precreate(&kube, &format!("{name}-candidates"));
+    let (code, out) = as_user("no-create").check();
+    assert_eq!(code, 0, "{out}");
+    let (_dir, logs) = logs("k8s-rbac", 1);
+    let node = as_user("no-create").run("a", &logs[0], &[]);
+    node.wait_leading(PATIENCE);
+    // No `watch`: it leads by polling, and says so once.
+    let no_watch = [
+        lease_rules(&["get", "update"], Some(&names)),
+        lease_rules(&["create"], None),
+    ];
+    kube.role("no-watch", &json!(no_watch), "no-watch");
+    let (code, out) = as_user("no-watch").check();
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!("watch on the Lease {name} is not allowed")),
+        "{out}"
+    );
+    let standby = as_user("no-watch").run("b", &logs[0].with_extension("b"), &[]);
+    let warned = standby.wait_log(PATIENCE, "cannot wait for release wake-ups");
+    assert!(
+        warned.contains("WARN") && warned.contains(r#"cannot watch resource "leases""#),
+        "{warned}"
+    );
+    drop(node);
+    standby.wait_leading(PATIENCE);
+    let warnings = standby
+        .log()
+        .iter()
+        .filter(|l| l.contains("WARN") && l.contains("cannot watch"))
+        .count();
+    assert_eq!(warnings, 1, "{:#?}", standby.log());
+    // A token the API server does not know: 401, and what to check.
+    let bad = kube.kubeconfig_with("stranger", "not-a-token", 0);
+    let (code, out) = as_user("stranger").check_with(&bad);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("401 Unauthorized") && out.contains("check the token"),
+        "{out}"
+    );
+    // Bound to nothing: the server's own 403 text, and the Role to apply.
+    let (code, out) = as_user("stranger").check();
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(r#"User "stranger" cannot get resource "leases""#)
+            && out.contains("docs/kubernetes.md"),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_lease_deleted_or_overwritten_under_a_working_leader_stops_it_at_once() {
+    let kube = Kube::start(1);
+    let key = support::key("k8s-outside");
+    let name = lease_name(&key);
+    // ttl 30 s: renewals every 10 s; a stop within 3 s is the watch's doing.
+    let c = Candidate {
+        kube: &kube,
+        server: 0,
+        user: CANDIDATE,
+        key: &key,
+        ttl: "30s",
+    };
+    let (_dir, logs) = logs("k8s-outside", 1);
+    let node = c.run("a", &logs[0], &[]);
+    node.wait_leading(PATIENCE);
+    for (round, act) in ["delete", "overwrite"].iter().enumerate() {
+        let child = eventually(PATIENCE, "the child", || {
+            probe_events(&logs[0])
+                .into_iter()
+                .filter(|e| e.kind == "start")
+                .nth(round)
+        });
+        let at = support::os::mono_ns();
+        if *act == "delete" {
+            kube.delete_lease(&name);
+        } else {
+            let patch = json!({ "spec": { "holderIdentity": "kubectl-user" } });
+            kube.patch_lease(&name, &patch);
+        }
+        let stopped = eventually(PATIENCE, "the child to stop", || {
+            probe_events(&logs[0])
+                .into_iter()
+                .find(|e| e.kind == "stop" && e.pid == child.pid)
+        });
+        let took = Duration::from_nanos((stopped.ns - at) as u64);
+        assert!(
+            took < Duration::from_secs(3),
+            "{act}: stopped after {took:?}"
+        );
+        if *act == "delete" {
+            // Its own term was the one deleted: it leads again (a new term).
+            node.wait_leading(Duration::from_secs(30) + PATIENCE);
+        }
+    }
+    // The overwriter holds it for 30 s by everyone's clock: nobody leads.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!node.is_leader(), "took over a Lease someone else holds");
+}
+
+#[test]
+fn an_annotation_written_under_the_holder_keeps_its_term() {
+    let kube = Kube::start(1);
+    let key = support::key("k8s-annotate");
+    let name = lease_name(&key);
+    let c = Candidate {
+        kube: &kube,
+        server: 0,
+        user: CANDIDATE,
+        key: &key,
+        ttl: "3s",
+    };
+    let (_dir, logs) = logs("k8s-annotate", 1);
+    let node = c.run("a", &logs[0], &[]);
+    let (_, token) = the_leader(std::slice::from_ref(&node), PATIENCE);
+    let patch = json!({ "metadata": { "annotations": { "example.com/owner-team": "billing" } } });
+    kube.patch_lease(&name, &patch);
+    let renewed_at = |l: &serde_json::Value| l["spec"]["renewTime"].as_str().map(str::to_string);
+    let before = renewed_at(&kube.lease(&name).expect("the lease"));
+    // Two renewals after the write (every second at ttl 3 s).
+    for _ in 0..2 {
+        let last = renewed_at(&kube.lease(&name).expect("the lease"));
+        eventually(PATIENCE, "a renewal", || {
+            let now = renewed_at(&kube.lease(&name)?);
+            (now != last).then_some(())
+        });
+    }
+    let lease = kube.lease(&name).expect("the lease");
+    assert_ne!(renewed_at(&lease), before);
+    assert_eq!(
+        lease["metadata"]["annotations"]["example.com/owner-team"],
+        "billing"
+    );
+    let (_, now) = the_leader(std::slice::from_ref(&node), PATIENCE);
+    assert_eq!(now, token, "the term changed");
+    assert_eq!(starts(&logs), 1, "the child was restarted");
+}
+
+#[test]
+fn ten_candidates_released_at_once_make_one_term() {
+    let kube = Kube::start(1);
+    let key = support::key("k8s-storm");
+    let c = Candidate {
+        kube: &kube,
+        server: 0,
+        user: CANDIDATE,
+        key: &key,
+        ttl: "4s",
+    };
+    let (_dir, logs) = logs("k8s-storm", 11);
+    let first = c.run("first", &logs[10], &[]);
+    first.wait_leading(PATIENCE);
+    let nodes: Vec<Leaderd> = (0..10)
+        .map(|i| c.run(&format!("c{i}"), &logs[i], &[]))
+        .collect();
+    eventually(PATIENCE, "ten standbys", || {
+        nodes
+            .iter()
+            .all(|n| n.leader().is_some_and(|(leads, _)| !leads))
+            .then_some(())
+    });
+    first.signal("TERM"); // releases: ten watchers wake at once
+    let (leader, _) = the_leader(&nodes, PATIENCE);
+    std::thread::sleep(Duration::from_secs(2));
+    let (again, _) = the_leader(&nodes, PATIENCE);
+    assert_eq!(leader, again);
+    assert_eq!(
+        starts(&logs[..10]),
+        1,
+        "more than one term after the release"
+    );
+    assert!(most_alive(&logs) <= 1, "two children ran at once");
+}
+
+/// Whether the term of `token` outlived `fault` held for `long`: `fault`
+/// is called with `true` to start it and `false` to end it.
+fn kept_through(
+    nodes: &[Leaderd],
+    logs: &[PathBuf],
+    token: u64,
+    long: Duration,
+    fault: &mut dyn FnMut(bool),
+) -> bool {
+    fault(true);
+    std::thread::sleep(long);
+    fault(false);
+    let (_, now) = the_leader(nodes, PATIENCE * 2);
+    assert!(most_alive(logs) <= 1, "two children ran at once");
+    now == token
+}
+
+#[test]
+fn the_api_server_frozen_or_killed_shorter_or_longer_than_the_renew_deadline() {
+    let mut kube = Kube::start(1);
+    let key = support::key("k8s-apiserver");
+    let (_dir, logs) = logs("k8s-apiserver", 2);
+    // ttl 6 s: renew deadline 4 s.
+    let nodes = {
+        let c = Candidate {
+            kube: &kube,
+            server: 0,
+            user: CANDIDATE,
+            key: &key,
+            ttl: "6s",
+        };
+        vec![c.run("a", &logs[0], &[]), c.run("b", &logs[1], &[])]
+    };
+    let (_, token) = the_leader(&nodes, PATIENCE);
+    {
+        let server = &kube.servers[0];
+        let mut freeze = |on: bool| if on { server.pause() } else { server.resume() };
+        assert!(
+            kept_through(&nodes, &logs, token, Duration::from_secs(2), &mut freeze),
+            "a 2 s freeze (deadline 4 s) ended the term"
+        );
+        assert!(
+            !kept_through(&nodes, &logs, token, Duration::from_secs(7), &mut freeze),
+            "a 7 s freeze (deadline 4 s) kept the term"
+        );
+    }
+    let (_, token) = the_leader(&nodes, PATIENCE);
+    kube.servers[0].kill();
+    let killed = Instant::now();
+    // kill -9: the leader steps down by its deadline.
+    eventually(PATIENCE, "the leader to step down", || {
+        nodes.iter().all(|n| !n.is_leader()).then_some(())
+    });
+    assert!(
+        killed.elapsed() < Duration::from_secs(6),
+        "stepped down late"
+    );
+    kube.recover_servers();
+    let (_, after) = the_leader(&nodes, Duration::from_secs(40));
+    assert!(after > token, "{after} > {token}");
+    assert!(most_alive(&logs) <= 1, "two children ran at once");
+}
+
+#[test]
+fn two_api_servers_on_one_etcd_with_one_frozen() {
+    let kube = Kube::start_with(1, 2);
+    let key = support::key("k8s-two-servers");
+    let (_dir, logs) = logs("k8s-two-servers", 2);
+    let on = |server| Candidate {
+        kube: &kube,
+        server,
+        user: CANDIDATE,
+        key: &key,
+        ttl: "4s",
+    };
+    let nodes = vec![on(0).run("a", &logs[0], &[]), on(1).run("b", &logs[1], &[])];
+    let (leader, token) = the_leader(&nodes, PATIENCE);
+    let other = 1 - leader;
+    // The standby's server frozen: the leader never notices.
+    let mut freeze_standby = |on: bool| {
+        let s = &kube.servers[other];
+        if on { s.pause() } else { s.resume() }
+    };
+    assert!(
+        kept_through(
+            &nodes,
+            &logs,
+            token,
+            Duration::from_secs(6),
+            &mut freeze_standby
+        ),
+        "the standby's API server frozen ended the leader's term"
+    );
+    // The leader's frozen: it steps down by its deadline, the other takes
+    // over once the lease expired by its own clock, and never beside it.
+    let frozen = Instant::now();
+    kube.servers[leader].pause();
+    eventually(PATIENCE, "the leader to step down", || {
+        (!nodes[leader].is_leader()).then_some(())
+    });
+    let (now, after) = the_leader(&nodes, PATIENCE);
+    kube.servers[leader].resume();
+    assert_eq!(now, other);
+    assert!(after > token, "{after} > {token}");
+    assert!(
+        frozen.elapsed() >= Duration::from_secs(3),
+        "took over {:?} after the freeze, before the lease could expire",
+        frozen.elapsed()
+    );
+    assert!(most_alive(&logs) <= 1, "two children ran at once");
+}
+
+#[test]
+fn etcd_members_lost_one_changes_nothing_two_stop_the_leader_until_healed() {
+    let mut kube = Kube::start(3);
+    let key = support::key("k8s-etcd-loss");
+    let (_dir, logs) = logs("k8s-etcd-loss", 2);
+    let nodes = {
+        let c = Candidate {
+            kube: &kube,
+            server: 0,
+            user: CANDIDATE,
+            key: &key,
+            ttl: "3s",
+        };
+        vec![c.run("a", &logs[0], &[]), c.run("b", &logs[1], &[])]
+    };
+    let (_, token) = the_leader(&nodes, PATIENCE);
+    let leader = kube.etcd.leader().expect("an etcd leader");
+    let first = (leader + 1) % 3;
+    let second = (leader + 2) % 3;
+    kube.etcd.members[first].kill();
+    // Three TTLs with one member of three gone: the same term throughout.
+    for _ in 0..9 {
+        std::thread::sleep(Duration::from_secs(1));
+        let (_, now) = the_leader(&nodes, PATIENCE);
+        assert_eq!(now, token, "one etcd member lost changed the term");
+    }
+    kube.etcd.members[second].kill();
+    let lost = Instant::now();
+    eventually(PATIENCE, "the leader to step down", || {
+        nodes.iter().all(|n| !n.is_leader()).then_some(())
+    });
+    assert!(lost.elapsed() < Duration::from_secs(4), "stepped down late");
+    // No quorum: nobody acquires.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        nodes.iter().all(|n| !n.is_leader()),
+        "a leader without quorum"
+    );
+    let before = starts(&logs);
+    kube.etcd.members[first].restart();
+    let (_, after) = the_leader(&nodes, Duration::from_secs(40));
+    assert!(after > token, "{after} > {token}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(starts(&logs), before + 1, "more than one new term");
+    assert!(most_alive(&logs) <= 1, "two children ran at once");
+}
+
+#[test]
+fn a_wall_clock_an_hour_off_never_takes_over_early() {
+    let kube = Kube::start(1);
+    let key = support::key("k8s-skew");
+    let c = Candidate {
+        kube: &kube,
+        server: 0,
+        user: CANDIDATE,
+        key: &key,
+        ttl: "6s",
+    };
+    let (_dir, logs) = logs("k8s-skew", 3);
+    let leader = c.run("a", &logs[0], &[]);
+    leader.wait_leading(PATIENCE);
+    let preload = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+    let skewed: Vec<Leaderd> = ["+1h", "-1h"]
+        .iter()
+        .enumerate()
+        .map(|(i, offset)| {
+            let env = [("LD_PRELOAD", preload), ("FAKETIME", *offset)];
+            c.run(&format!("skew{i}"), &logs[i + 1], &env)
+        })
+        .collect();
+    eventually(PATIENCE, "the skewed candidates to stand by", || {
+        skewed
+            .iter()
+            .all(|n| n.leader().is_some_and(|(leads, _)| !leads))
+            .then_some(())
+    });
+    // Three TTLs: the holder renews, and neither skewed clock takes over.
+    let (_, token) = the_leader(std::slice::from_ref(&leader), PATIENCE);
+    for _ in 0..18 {
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(
+            leader.is_leader(),
+            "the holder lost its lease: {:#?}\n{:#?}\n{:#?}",
+            leader.log(),
+            skewed[0].log(),
+            skewed[1].log()
+        );
+        assert!(skewed.iter().all(|n| !n.is_leader()), "an early takeover");
+    }
+    let (_, now) = the_leader(std::slice::from_ref(&leader), PATIENCE);
+    assert_eq!(now, token, "the holder's term changed");
+    assert!(most_alive(&logs) <= 1, "two children ran at once");
+}
+
+#[test]
+fn twenty_handovers_with_tokens_strictly_increasing() {
+    let kube = Kube::start(1);
+    let key = support::key("k8s-handovers");
+    let c = Candidate {
+        kube: &kube,
+        server: 0,
+        user: CANDIDATE,
+        key: &key,
+        ttl: "4s",
+    };
+    let (_dir, logs) = logs("k8s-handovers", 2);
+    let mut nodes = vec![c.run("a", &logs[0], &[]), c.run("b", &logs[1], &[])];
+    let mut tokens = Vec::new();
+    for round in 0..20 {
+        let (leader, token) = the_leader(&nodes, PATIENCE);
+        tokens.push(token);
+        let other = 1 - leader;
+        eventually(PATIENCE, "the standby", || nodes[other].leader().map(drop));
+        nodes[leader].signal("TERM");
+        nodes[leader].wait_exit(PATIENCE);
+        let id = ["a", "b"][leader];
+        let _ = round;
+        nodes[leader] = c.run(id, &logs[leader], &[]);
+    }
+    let (_, last) = the_leader(&nodes, PATIENCE);
+    tokens.push(last);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not strictly increasing: {tokens:?}"
+    );
+    assert!(most_alive(&logs) <= 1, "two children ran at once");
+}
