@@ -133,6 +133,9 @@ struct Bench {
     etcd: Option<support::etcd::Etcd>,
     /// ZooKeeper instead of Redis.
     zk: Option<support::zookeeper::ZooKeeper>,
+    /// A Kubernetes Lease instead of Redis: the control plane and the
+    /// candidates' kubeconfig.
+    kube: Option<(support::kube::Kube, PathBuf)>,
 }
 
 impl Bench {
@@ -148,6 +151,16 @@ impl Bench {
         let mut etcd_args = self.etcd.as_ref().map(support::etcd::Etcd::args);
         if let Some(zk) = &self.zk {
             etcd_args = Some(vec!["--zookeeper".to_string(), zk.connect()]);
+        }
+        if let Some((_, kubeconfig)) = &self.kube {
+            let name = support::backends::lease_name(key);
+            let config = kubeconfig.to_str().expect("utf-8").to_string();
+            etcd_args = Some(vec![
+                "--kubernetes-lease".into(),
+                name,
+                "--kubeconfig".into(),
+                config,
+            ]);
         }
         let mut args: Vec<&str> = match (&pg_url, &etcd_args) {
             (Some(url), _) => vec!["--postgres", url, "--postgres-timeout", "200ms"],
@@ -165,6 +178,10 @@ impl Bench {
     }
 
     fn holder(&self, key: &str) -> Option<String> {
+        if let Some((kube, _)) = &self.kube {
+            let lease = kube.lease(&support::backends::lease_name(key))?;
+            return lease["spec"]["holderIdentity"].as_str().map(str::to_string);
+        }
         if let Some(zk) = &self.zk {
             let path = format!("/leaderd/{key}/leader");
             let data = zk.with(async |c| c.get_data(&path).await.ok().map(|(d, _)| d))?;
@@ -279,7 +296,9 @@ impl Bench {
                 }
                 // etcd's TTLs are whole seconds, and a ZooKeeper session's
                 // time left is not told: counted from the kill.
-                None if self.etcd.is_some() || self.zk.is_some() => 0,
+                // A Lease's waiters count its duration from their own last
+                // look: counted from the kill too.
+                None if self.etcd.is_some() || self.zk.is_some() || self.kube.is_some() => 0,
                 None => self.redis.pttl(&format!("leaderd:{{{key}}}:lease")).max(0) as u64,
             };
             nodes[leader].signal("KILL");
@@ -297,12 +316,22 @@ impl Bench {
     /// Elect-only candidates left alone: Redis commands/s, RSS and CPU.
     fn idle(&mut self, k: usize, window: Duration) -> (f64, f64, f64, f64, f64) {
         let key = format!("idle-{k}");
+        let baseline = self
+            .kube
+            .as_ref()
+            .map(|(kube, _)| kube_requests(kube, window));
         let nodes: Vec<Leaderd> = (0..k).map(|_| self.candidate(&key, "10s", None)).collect();
         eventually(Duration::from_secs(60), "a leader", || self.holder(&key));
         std::thread::sleep(Duration::from_secs(2)); // past start-up
         let cpu_before: Vec<u64> = nodes.iter().map(|n| cpu_ticks(n.pid())).collect();
         let servers: Vec<&Redis> = std::iter::once(&self.redis).chain(&self.more).collect();
-        let calls = if let Some(zk) = &self.zk {
+        let calls = if let Some((kube, _)) = &self.kube {
+            // Requests the API server served, less what it serves with
+            // nobody campaigning (its own identity Lease, the scrapes):
+            // the same window measured before the candidates started.
+            let n = kube_requests(kube, window) - baseline.unwrap_or(0.0);
+            (n, n)
+        } else if let Some(zk) = &self.zk {
             let before = zk_requests(zk);
             std::thread::sleep(window); // the measurement window itself
             let n = zk_requests(zk) - before;
@@ -436,6 +465,21 @@ fn etcd_requests(etcd: &support::etcd::Etcd) -> f64 {
                 .sum::<f64>()
         })
         .sum()
+}
+
+/// Requests the API server completed over `window` (a scrape of its
+/// `apiserver_request_total` before and after).
+fn kube_requests(kube: &support::kube::Kube, window: Duration) -> f64 {
+    let total = || {
+        let (_, body) = kube.raw_on(0, support::kube::ADMIN, "GET", "/metrics", None);
+        body.lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let before = total();
+    std::thread::sleep(window); // the measurement window itself
+    total() - before
 }
 
 /// Packets ZooKeeper's servers received from clients (requests and the
@@ -659,6 +703,12 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
+    // `BENCH_ONLY=kubernetes`: the Kubernetes Lease beside etcd and Redis.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("kubernetes") {
+        kubernetes_rows(&exe, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     // `BENCH_ONLY=rollout`: the rolling-update table alone.
     if std::env::var("BENCH_ONLY").as_deref() == Ok("rollout") {
         let redis = Redis::start();
@@ -678,6 +728,7 @@ fn main() {
         pg: None,
         etcd: None,
         zk: None,
+        kube: None,
     };
     let (startup, stop) = child_alone(&exe, &dir, 20);
     println!(
@@ -717,6 +768,7 @@ fn main() {
             pg: None,
             etcd: None,
             zk: None,
+            kube: None,
         };
         let (s, overlap) = tls.handovers(3, 15);
         overlaps = overlaps.max(overlap);
@@ -752,6 +804,7 @@ fn main() {
             pg: Some((pg, query)),
             etcd: None,
             zk: None,
+            kube: None,
         };
         let (s, overlap) = on_pg.handovers(3, 15);
         overlaps = overlaps.max(overlap);
@@ -782,6 +835,7 @@ fn main() {
         pg: None,
         etcd: Some(support::etcd::Etcd::start(3)),
         zk: None,
+        kube: None,
     };
     let (s, overlap) = on_etcd.handovers(3, 15);
     overlaps = overlaps.max(overlap);
@@ -822,6 +876,7 @@ fn main() {
         pg: None,
         etcd: None,
         zk: Some(support::zookeeper::ZooKeeper::start(3)),
+        kube: None,
     };
     let (s, overlap) = on_zk.handovers(3, 15);
     overlaps = overlaps.max(overlap);
@@ -832,6 +887,35 @@ fn main() {
     let crash = on_zk.crash_takeovers(5);
     row(
         "ZooKeeper, 3 servers: crash takeover, K = 3, ttl 3s (SIGKILL → next child running, the session timeout included)",
+        &crash,
+    );
+    // A Kubernetes Lease on a real kube-apiserver over etcd 3.6.
+    let kube_dir = dir.join("kubernetes");
+    std::fs::create_dir_all(&kube_dir).expect("bench dir");
+    let kube = support::kube::Kube::start(1);
+    let kubeconfig = kube.kubeconfig(support::kube::CANDIDATE, 0);
+    let mut on_kube = Bench {
+        redis: Redis::start(),
+        more: Vec::new(),
+        silent: Vec::new(),
+        exe: exe.clone(),
+        dir: kube_dir,
+        next_id: 6000,
+        extra: Vec::new(),
+        pg: None,
+        etcd: None,
+        zk: None,
+        kube: Some((kube, kubeconfig)),
+    };
+    let (s, overlap) = on_kube.handovers(3, 15);
+    overlaps = overlaps.max(overlap);
+    row(
+        "Kubernetes Lease (kube-apiserver, etcd 3.6): graceful handover, K = 3 (SIGTERM → next child running)",
+        &s,
+    );
+    let crash = on_kube.crash_takeovers(5);
+    row(
+        "Kubernetes Lease: crash takeover, K = 3, ttl 3s (SIGKILL → next child running, the lease's duration by the waiters' clock included)",
         &crash,
     );
     let first = startup_to_first_acquire(&mut bench, 10);
@@ -875,6 +959,10 @@ fn main() {
     idle_row(
         "ZooKeeper, 3 servers, K = 3 (packets/s received, pings included, all candidates)",
         on_zk.idle(3, Duration::from_secs(20)),
+    );
+    idle_row(
+        "Kubernetes Lease, K = 3 (API requests/s completed, all candidates, the API server's own subtracted)",
+        on_kube.idle(3, Duration::from_secs(20)),
     );
     println!("(CPU is read from /proc in clock ticks of 10 ms: over 20 s, one tick is 0.05 %.)");
     println!();
@@ -973,6 +1061,7 @@ fn redlock_rows(exe: &str, dir: &Path, overlaps: &mut i32) -> Vec<(usize, Bench)
             pg: None,
             etcd: None,
             zk: None,
+            kube: None,
         };
         let (s, overlap) = redlock.handovers(3, 15);
         *overlaps = (*overlaps).max(overlap);
@@ -1012,4 +1101,60 @@ fn row(name: &str, s: &Stats) {
         "| {name} | {:.2} ms | {:.2} ms | {} |",
         s.median, s.max, s.n
     )
+}
+
+/// A bench on `store`, its probe files under `dir`/`name`.
+fn bench_on(exe: &str, dir: &Path, name: &str, next_id: usize) -> Bench {
+    let sub = dir.join(name);
+    std::fs::create_dir_all(&sub).expect("bench dir");
+    Bench {
+        redis: Redis::start(),
+        more: Vec::new(),
+        silent: Vec::new(),
+        exe: exe.to_string(),
+        dir: sub,
+        next_id,
+        extra: Vec::new(),
+        pg: None,
+        etcd: None,
+        zk: None,
+        kube: None,
+    }
+}
+
+/// The Kubernetes Lease's handover, takeover and idle cost beside etcd's
+/// (three members) and one Redis's, in one run.
+fn kubernetes_rows(exe: &str, dir: &Path) {
+    let redis = bench_on(exe, dir, "k-redis", 7000);
+    let mut etcd = bench_on(exe, dir, "k-etcd", 7100);
+    etcd.etcd = Some(support::etcd::Etcd::start(3));
+    let mut kube = bench_on(exe, dir, "k-kube", 7200);
+    let control = support::kube::Kube::start(1);
+    let kubeconfig = control.kubeconfig(support::kube::CANDIDATE, 0);
+    kube.kube = Some((control, kubeconfig));
+    println!(
+        "# the Kubernetes Lease beside etcd and Redis ({} cores)",
+        num_cpus()
+    );
+    println!();
+    println!(
+        "| backend | graceful handover, K = 3, median / max (ms) | crash takeover, ttl 3s, from the kill, median / max (ms) | idle, K = 3: requests/s | max RSS per instance |"
+    );
+    println!("|---|---|---|---|---|");
+    let mut overlaps = 0;
+    for (name, mut b) in [
+        ("Redis", redis),
+        ("etcd, 3 members", etcd),
+        ("Kubernetes Lease", kube),
+    ] {
+        let (graceful, overlap) = b.handovers(3, 15);
+        overlaps = overlaps.max(overlap);
+        let crash = b.crash_takeovers(5);
+        let (sent, _, rss, _, _) = b.idle(3, Duration::from_secs(20));
+        println!(
+            "| {name} | {:.1} / {:.1} | {:.0} / {:.0} | {sent:.2} | {rss:.1} MiB |",
+            graceful.median, graceful.max, crash.median, crash.max
+        );
+    }
+    println!("most probe children alive at once: {overlaps}");
 }
