@@ -117,9 +117,7 @@ impl KubeLease {
                 self.vacancies.saw_held(*term, *expiry);
                 Some((holder.clone(), None, *term))
             }
-            (None, Some((id, token))) if *token != self.spent => {
-                Some((Some(id.clone()), Some(*token), *token))
-            }
+            (None, Some((id, token))) => Some((Some(id.clone()), Some(*token), *token)),
             _ => None,
         };
         let Some((id, token, term)) = term else {
@@ -138,16 +136,11 @@ impl KubeLease {
     }
 
     /// Our write landed at `written`: a new term, its token above our floor.
-    async fn won(&mut self, written: Lease, sent_at: Instant) -> Acquire {
+    /// The token is shown from the first renewal on (one write per
+    /// acquisition keeps the handover short).
+    fn won(&mut self, written: Lease, sent_at: Instant) -> Acquire {
         let token = record::revision(&written).unwrap_or(0).max(self.spent + 1);
         self.spent = token;
-        // Shown for people; the term stands whether or not this lands (the
-        // next renewal writes it again).
-        let shown = record::with_token(written.clone(), token);
-        let written = match self.client.replace(&shown).await {
-            Ok(lease) => lease,
-            Err(_) => written,
-        };
         self.term = Some((written, token));
         self.observer = Observer::default();
         Acquire::Won {
@@ -197,7 +190,7 @@ impl KubeLease {
             }
         };
         match write {
-            Ok(written) => Ok(Some(self.won(written, sent_at).await)),
+            Ok(written) => Ok(Some(self.won(written, sent_at))),
             Err(Failure::Conflict | Failure::Missing) => Ok(None),
             Err(Failure::Other(e)) => Err(e),
         }

@@ -130,7 +130,7 @@ impl Registry {
         Ok(live(&current.as_ref().map(entries).unwrap_or_default()))
     }
 
-    /// A live candidate that says it leads, and its term's token.
+    /// Another live candidate that says it leads, and its term's token.
     pub(super) async fn leading(
         &mut self,
         client: &mut Client,
@@ -142,7 +142,7 @@ impl Registry {
             .map(entries)
             .unwrap_or_default()
             .into_iter()
-            .filter(|(_, e)| e.x > now)
+            .filter(|(id, e)| e.x > now && *id != self.mine)
             .find_map(|(id, e)| Some((id, e.t?))))
     }
 }
