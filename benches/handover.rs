@@ -268,12 +268,18 @@ impl Bench {
     /// SIGKILL of the leader → the next leader's child runs, measured from
     /// the lease's expiry (PTTL read just before the kill).
     fn crash_takeovers(&mut self, rounds: usize) -> Stats {
+        self.crash_takeovers_both(rounds).0
+    }
+
+    /// [`Bench::crash_takeovers`], and the same measured from the kill.
+    fn crash_takeovers_both(&mut self, rounds: usize) -> (Stats, Stats) {
         let key = "crash";
         let file = self.dir.join("crash.probe");
         let mut nodes: Vec<Leaderd> = (0..3)
             .map(|_| self.candidate(key, "3s", Some(&file)))
             .collect();
         let mut after_expiry = Vec::new();
+        let mut after_kill = Vec::new();
         for _ in 0..rounds {
             let leader = eventually(Duration::from_secs(30), "a leader", || {
                 let id = self.holder(key)?;
@@ -307,10 +313,11 @@ impl Bench {
                 starts_after(&file, asked)
             });
             after_expiry.push(ms(started.saturating_sub(expiry)));
+            after_kill.push(ms(started.saturating_sub(asked)));
             nodes[leader].wait_exit(Duration::from_secs(5));
             nodes[leader] = self.candidate(key, "3s", Some(&file));
         }
-        stats(after_expiry)
+        (stats(after_expiry), stats(after_kill))
     }
 
     /// Elect-only candidates left alone: Redis commands/s, RSS and CPU.
@@ -1149,7 +1156,7 @@ fn kubernetes_rows(exe: &str, dir: &Path) {
     ] {
         let (graceful, overlap) = b.handovers(3, 15);
         overlaps = overlaps.max(overlap);
-        let crash = b.crash_takeovers(5);
+        let (_, crash) = b.crash_takeovers_both(5);
         let (sent, _, rss, _, _) = b.idle(3, Duration::from_secs(20));
         println!(
             "| {name} | {:.1} / {:.1} | {:.0} / {:.0} | {sent:.2} | {rss:.1} MiB |",

@@ -3,15 +3,20 @@
 //! exact message; the Lease deleted and overwritten under a working leader;
 //! a 409 storm; an annotation written under the holder; the API server
 //! killed and frozen; two API servers on one etcd; etcd members lost; a
-//! candidate's wall clock an hour off; twenty handovers.
+//! candidate's wall clock an hour off; twenty handovers. RBAC in
+//! `kubernetes/rbac.rs`, the control plane's faults in
+//! `kubernetes/faults.rs`.
+
+mod faults;
+mod rbac;
 
 use crate::support;
 
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::backends::lease_name;
-use support::kube::{CANDIDATE, Kube, NAMESPACE};
+use support::kube::{CANDIDATE, Kube};
 use support::{Leaderd, eventually, most_alive, probe_child, probe_events, run_to_end, the_leader};
 
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -83,121 +88,6 @@ fn starts(logs: &[PathBuf]) -> usize {
         .flat_map(|l| probe_events(l))
         .filter(|e| e.kind == "start")
         .count()
-}
-
-fn lease_rules(verbs: &[&str], names: Option<&[String]>) -> serde_json::Value {
-    let mut rule = json!({
-        "apiGroups": ["coordination.k8s.io"],
-        "resources": ["leases"],
-        "verbs": verbs,
-    });
-    if let Some(names) = names {
-        rule["resourceNames"] = json!(names);
-    }
-    rule
-}
-
-/// A Lease (or the registry's) created by the admin, held by nobody.
-fn precreate(kube: &Kube, name: &str) {
-    let lease = json!({
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": { "name": name }, "spec": {},
-    });
-    kube.ok(
-        "POST",
-        &format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"),
-        Some(&lease),
-    );
-}
-
-#[test]
-fn rbac_mistakes_and_a_bad_token_say_exactly_what_is_wrong() {
-    let kube = Kube::start(1);
-    let key = support::key("k8s-rbac");
-    let name = lease_name(&key);
-    let names = [name.clone(), format!("{name}-candidates")];
-    let as_user = |user| Candidate {
-        kube: &kube,
-        server: 0,
-        user,
-        key: &key,
-        ttl: "3s",
-    };
-    // The minimal Role but `update`.
-    let no_update = [
-        lease_rules(&["get", "watch"], Some(&names)),
-        lease_rules(&["create"], None),
-    ];
-    kube.role("no-update", &json!(no_update), "no-update");
-    let (code, out) = as_user("no-update").check();
-    assert_eq!(code, 2, "{out}");
-    assert!(
-        out.contains(&format!(
-            "may not update the Lease {name}, update the Lease {name}-candidates in namespace {NAMESPACE}"
-        )) && out.contains("docs/kubernetes.md"),
-        "{out}"
-    );
-    // The minimal Role but `create`, the Lease absent.
-    let no_create = [lease_rules(&["get", "update", "watch"], Some(&names))];
-    kube.role("no-create", &json!(no_create), "no-create");
-    let (code, out) = as_user("no-create").check();
-    assert_eq!(code, 2, "{out}");
-    assert!(
-        out.contains(&format!(
-            "may not create leases in namespace {NAMESPACE} (the Lease {name} and the Lease {name}-candidates do not exist yet: grant create, or create them first)"
-        )),
-        "{out}"
-    );
-    // Pre-created, the same identity leads normally.
-    precreate(&kube, &name);
-    precreate(&kube, &format!("{name}-candidates"));
-    let (code, out) = as_user("no-create").check();
-    assert_eq!(code, 0, "{out}");
-    let (_dir, logs) = logs("k8s-rbac", 1);
-    let node = as_user("no-create").run("a", &logs[0], &[]);
-    node.wait_leading(PATIENCE);
-    // No `watch`: it leads by polling, and says so once.
-    let no_watch = [
-        lease_rules(&["get", "update"], Some(&names)),
-        lease_rules(&["create"], None),
-    ];
-    kube.role("no-watch", &json!(no_watch), "no-watch");
-    let (code, out) = as_user("no-watch").check();
-    assert_eq!(code, 0, "{out}");
-    assert!(
-        out.contains(&format!("watch on the Lease {name} is not allowed")),
-        "{out}"
-    );
-    let standby = as_user("no-watch").run("b", &logs[0].with_extension("b"), &[]);
-    let warned = standby.wait_log(PATIENCE, "cannot wait for release wake-ups");
-    assert!(
-        warned.contains("WARN") && warned.contains(r#"cannot watch resource "leases""#),
-        "{warned}"
-    );
-    drop(node);
-    standby.wait_leading(PATIENCE);
-    let warnings = standby
-        .log()
-        .iter()
-        .filter(|l| l.contains("WARN") && l.contains("cannot watch"))
-        .count();
-    assert_eq!(warnings, 1, "{:#?}", standby.log());
-    // A token the API server does not know: 401, and what to check.
-    let bad = kube.kubeconfig_with("stranger", "not-a-token", 0);
-    let (code, out) = as_user("stranger").check_with(&bad);
-    assert_eq!(code, 2, "{out}");
-    assert!(
-        out.contains("401 Unauthorized") && out.contains("check the token"),
-        "{out}"
-    );
-    // Bound to nothing: the server's own 403 text, and the Role to apply.
-    let (code, out) = as_user("stranger").check();
-    assert_eq!(code, 2, "{out}");
-    assert!(
-        out.contains(r#"User "stranger" cannot get resource "leases""#)
-            && out.contains("docs/kubernetes.md"),
-        "{out}"
-    );
 }
 
 #[test]
@@ -321,165 +211,6 @@ fn ten_candidates_released_at_once_make_one_term() {
         1,
         "more than one term after the release"
     );
-    assert!(most_alive(&logs) <= 1, "two children ran at once");
-}
-
-/// Whether the term of `token` outlived `fault` held for `long`: `fault`
-/// is called with `true` to start it and `false` to end it.
-fn kept_through(
-    nodes: &[Leaderd],
-    logs: &[PathBuf],
-    token: u64,
-    long: Duration,
-    fault: &mut dyn FnMut(bool),
-) -> bool {
-    fault(true);
-    std::thread::sleep(long);
-    fault(false);
-    let (_, now) = the_leader(nodes, PATIENCE * 2);
-    assert!(most_alive(logs) <= 1, "two children ran at once");
-    now == token
-}
-
-#[test]
-fn the_api_server_frozen_or_killed_shorter_or_longer_than_the_renew_deadline() {
-    let mut kube = Kube::start(1);
-    let key = support::key("k8s-apiserver");
-    let (_dir, logs) = logs("k8s-apiserver", 2);
-    // ttl 6 s: renew deadline 4 s.
-    let nodes = {
-        let c = Candidate {
-            kube: &kube,
-            server: 0,
-            user: CANDIDATE,
-            key: &key,
-            ttl: "6s",
-        };
-        vec![c.run("a", &logs[0], &[]), c.run("b", &logs[1], &[])]
-    };
-    let (_, token) = the_leader(&nodes, PATIENCE);
-    {
-        let server = &kube.servers[0];
-        let mut freeze = |on: bool| if on { server.pause() } else { server.resume() };
-        assert!(
-            kept_through(&nodes, &logs, token, Duration::from_secs(2), &mut freeze),
-            "a 2 s freeze (deadline 4 s) ended the term"
-        );
-        assert!(
-            !kept_through(&nodes, &logs, token, Duration::from_secs(7), &mut freeze),
-            "a 7 s freeze (deadline 4 s) kept the term"
-        );
-    }
-    let (_, token) = the_leader(&nodes, PATIENCE);
-    kube.servers[0].kill();
-    let killed = Instant::now();
-    // kill -9: the leader steps down by its deadline.
-    eventually(PATIENCE, "the leader to step down", || {
-        nodes.iter().all(|n| !n.is_leader()).then_some(())
-    });
-    assert!(
-        killed.elapsed() < Duration::from_secs(6),
-        "stepped down late"
-    );
-    kube.recover_servers();
-    let (_, after) = the_leader(&nodes, Duration::from_secs(40));
-    assert!(after > token, "{after} > {token}");
-    assert!(most_alive(&logs) <= 1, "two children ran at once");
-}
-
-#[test]
-fn two_api_servers_on_one_etcd_with_one_frozen() {
-    let kube = Kube::start_with(1, 2);
-    let key = support::key("k8s-two-servers");
-    let (_dir, logs) = logs("k8s-two-servers", 2);
-    let on = |server| Candidate {
-        kube: &kube,
-        server,
-        user: CANDIDATE,
-        key: &key,
-        ttl: "4s",
-    };
-    let nodes = vec![on(0).run("a", &logs[0], &[]), on(1).run("b", &logs[1], &[])];
-    let (leader, token) = the_leader(&nodes, PATIENCE);
-    let other = 1 - leader;
-    // The standby's server frozen: the leader never notices.
-    let mut freeze_standby = |on: bool| {
-        let s = &kube.servers[other];
-        if on { s.pause() } else { s.resume() }
-    };
-    assert!(
-        kept_through(
-            &nodes,
-            &logs,
-            token,
-            Duration::from_secs(6),
-            &mut freeze_standby
-        ),
-        "the standby's API server frozen ended the leader's term"
-    );
-    // The leader's frozen: it steps down by its deadline, the other takes
-    // over once the lease expired by its own clock, and never beside it.
-    let frozen = Instant::now();
-    kube.servers[leader].pause();
-    eventually(PATIENCE, "the leader to step down", || {
-        (!nodes[leader].is_leader()).then_some(())
-    });
-    let (now, after) = the_leader(&nodes, PATIENCE);
-    kube.servers[leader].resume();
-    assert_eq!(now, other);
-    assert!(after > token, "{after} > {token}");
-    assert!(
-        frozen.elapsed() >= Duration::from_secs(3),
-        "took over {:?} after the freeze, before the lease could expire",
-        frozen.elapsed()
-    );
-    assert!(most_alive(&logs) <= 1, "two children ran at once");
-}
-
-#[test]
-fn etcd_members_lost_one_changes_nothing_two_stop_the_leader_until_healed() {
-    let mut kube = Kube::start(3);
-    let key = support::key("k8s-etcd-loss");
-    let (_dir, logs) = logs("k8s-etcd-loss", 2);
-    let nodes = {
-        let c = Candidate {
-            kube: &kube,
-            server: 0,
-            user: CANDIDATE,
-            key: &key,
-            ttl: "3s",
-        };
-        vec![c.run("a", &logs[0], &[]), c.run("b", &logs[1], &[])]
-    };
-    let (_, token) = the_leader(&nodes, PATIENCE);
-    let leader = kube.etcd.leader().expect("an etcd leader");
-    let first = (leader + 1) % 3;
-    let second = (leader + 2) % 3;
-    kube.etcd.members[first].kill();
-    // Three TTLs with one member of three gone: the same term throughout.
-    for _ in 0..9 {
-        std::thread::sleep(Duration::from_secs(1));
-        let (_, now) = the_leader(&nodes, PATIENCE);
-        assert_eq!(now, token, "one etcd member lost changed the term");
-    }
-    kube.etcd.members[second].kill();
-    let lost = Instant::now();
-    eventually(PATIENCE, "the leader to step down", || {
-        nodes.iter().all(|n| !n.is_leader()).then_some(())
-    });
-    assert!(lost.elapsed() < Duration::from_secs(4), "stepped down late");
-    // No quorum: nobody acquires.
-    std::thread::sleep(Duration::from_secs(4));
-    assert!(
-        nodes.iter().all(|n| !n.is_leader()),
-        "a leader without quorum"
-    );
-    let before = starts(&logs);
-    kube.etcd.members[first].restart();
-    let (_, after) = the_leader(&nodes, Duration::from_secs(40));
-    assert!(after > token, "{after} > {token}");
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(starts(&logs), before + 1, "more than one new term");
     assert!(most_alive(&logs) <= 1, "two children ran at once");
 }
 

@@ -60,7 +60,7 @@ async fn allowed(lease: &mut KubeLease, namespace: &str, need: &Need) -> Result<
 
 pub(super) async fn report(lease: &mut KubeLease) -> Result<Vec<String>, Error> {
     let client = lease.client.kube().await?;
-    let namespace = lease.client.namespace().await?;
+    let namespace = lease.client.namespace.clone();
     let version = lease.client.call(client.apiserver_version()).await;
     let mut lines = vec![match version {
         Ok(v) => format!(

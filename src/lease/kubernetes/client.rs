@@ -36,8 +36,10 @@ impl From<Error> for Failure {
 
 pub(super) struct Client {
     pub(super) config: KubernetesConfig,
-    /// The client and the namespace, once built.
-    built: Option<(kube::Client, String)>,
+    /// The client, once built.
+    built: Option<kube::Client>,
+    /// The Lease's namespace, decided at start as kubectl decides it.
+    pub(super) namespace: String,
     /// How logs show the API server and the Lease.
     pub(super) shown: String,
 }
@@ -54,6 +56,7 @@ impl Client {
             shown: format!("Kubernetes Lease {namespace}/{} (via {via})", config.lease),
             config: config.clone(),
             built: None,
+            namespace,
         }
     }
 
@@ -61,35 +64,25 @@ impl Client {
         "the Kubernetes API server".to_string()
     }
 
-    /// The leases of the configured namespace, the client built on first use.
+    /// The leases of the Lease's namespace, the client built on first use.
     pub(super) async fn leases(&mut self) -> Result<Api<Lease>, Error> {
-        Ok(Api::namespaced(
-            self.kube().await?,
-            &self.namespace().await?,
-        ))
-    }
-
-    /// The namespace the Lease lives in.
-    pub(super) async fn namespace(&mut self) -> Result<String, Error> {
-        self.kube().await?;
-        Ok(self.built.as_ref().expect("built").1.clone())
+        Ok(Api::namespaced(self.kube().await?, &self.namespace))
     }
 
     /// The client, built on first use.
     pub(super) async fn kube(&mut self) -> Result<kube::Client, Error> {
-        if let Some((client, _)) = &self.built {
+        if let Some(client) = &self.built {
             return Ok(client.clone());
         }
         let mut config = self.kube_config().await?;
         config.default_retry = false;
         config.connect_timeout = Some(self.config.timeout);
-        let namespace = namespace_of(&self.config);
         let client = kube::Client::try_from(config).map_err(|e| Error::Misconfigured {
             backend: self.backend(),
             detail: format!("cannot build a client: {e}"),
             hint: "check the kubeconfig's server, certificates and credentials",
         })?;
-        self.built = Some((client.clone(), namespace));
+        self.built = Some(client.clone());
         Ok(client)
     }
 
