@@ -188,7 +188,10 @@ fn the_api_server_killed_and_back_within_the_renew_deadline_keeps_the_term() {
     let killed = Instant::now();
     kube.recover_servers();
     let back = killed.elapsed();
-    assert!(back < Duration::from_secs(8), "the API server took {back:?} to come back");
+    assert!(
+        back < Duration::from_secs(8),
+        "the API server took {back:?} to come back"
+    );
     // 10 s after the kill the last renewal before it is past the deadline:
     // leading then is leading on a renewal through the restarted server.
     std::thread::sleep(Duration::from_secs(10).saturating_sub(back));
