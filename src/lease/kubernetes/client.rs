@@ -88,7 +88,7 @@ impl Client {
 
     async fn kube_config(&self) -> Result<kube::Config, Error> {
         let refused = |detail: String, hint: &'static str| Error::Misconfigured {
-            backend: "Kubernetes".to_string(),
+            backend: self.shown.clone(),
             detail,
             hint,
         };
