@@ -169,7 +169,6 @@ impl KubeLease {
                 let left = self.observer.look(&seen, now);
                 let ours = record::is_ours(lease, &self.id, &self.digest);
                 if let Some(left) = left.filter(|l| !ours && !l.is_zero()) {
-                    self.vacancies.saw_held(seen.term(), now + left);
                     return Ok(Some(Acquire::Held {
                         holder: self.holder_of(lease),
                         expires_in: Some(left),
