@@ -30,7 +30,18 @@ struct Candidate<'a> {
     ttl: &'a str,
 }
 
-impl Candidate<'_> {
+impl<'a> Candidate<'a> {
+    /// The candidate identity, through the first API server.
+    fn on(kube: &'a Kube, key: &'a str, ttl: &'a str) -> Candidate<'a> {
+        Candidate {
+            kube,
+            server: 0,
+            user: CANDIDATE,
+            key,
+            ttl,
+        }
+    }
+
     fn args(&self, kubeconfig: &Path) -> Vec<String> {
         [
             "--kubernetes-lease",
@@ -96,13 +107,7 @@ fn the_lease_deleted_or_overwritten_under_a_working_leader_stops_it_at_once() {
     let key = support::key("k8s-outside");
     let name = lease_name(&key);
     // ttl 30 s: renewals every 10 s; a stop within 3 s is the watch's doing.
-    let c = Candidate {
-        kube: &kube,
-        server: 0,
-        user: CANDIDATE,
-        key: &key,
-        ttl: "30s",
-    };
+    let c = Candidate::on(&kube, &key, "30s");
     let (_dir, logs) = logs("k8s-outside", 1);
     let node = c.run("a", &logs[0], &[]);
     node.wait_leading(PATIENCE);
@@ -145,13 +150,7 @@ fn an_annotation_written_under_the_holder_keeps_its_term() {
     let kube = Kube::start(1);
     let key = support::key("k8s-annotate");
     let name = lease_name(&key);
-    let c = Candidate {
-        kube: &kube,
-        server: 0,
-        user: CANDIDATE,
-        key: &key,
-        ttl: "3s",
-    };
+    let c = Candidate::on(&kube, &key, "3s");
     let (_dir, logs) = logs("k8s-annotate", 1);
     let node = c.run("a", &logs[0], &[]);
     let (_, token) = the_leader(std::slice::from_ref(&node), PATIENCE);
@@ -182,13 +181,7 @@ fn an_annotation_written_under_the_holder_keeps_its_term() {
 fn ten_candidates_released_at_once_make_one_term() {
     let kube = Kube::start(1);
     let key = support::key("k8s-storm");
-    let c = Candidate {
-        kube: &kube,
-        server: 0,
-        user: CANDIDATE,
-        key: &key,
-        ttl: "4s",
-    };
+    let c = Candidate::on(&kube, &key, "4s");
     let (_dir, logs) = logs("k8s-storm", 11);
     let first = c.run("first", &logs[10], &[]);
     first.wait_leading(PATIENCE);
@@ -218,13 +211,7 @@ fn ten_candidates_released_at_once_make_one_term() {
 fn a_wall_clock_an_hour_off_never_takes_over_early() {
     let kube = Kube::start(1);
     let key = support::key("k8s-skew");
-    let c = Candidate {
-        kube: &kube,
-        server: 0,
-        user: CANDIDATE,
-        key: &key,
-        ttl: "6s",
-    };
+    let c = Candidate::on(&kube, &key, "6s");
     let (_dir, logs) = logs("k8s-skew", 3);
     let leader = c.run("a", &logs[0], &[]);
     leader.wait_leading(PATIENCE);
@@ -265,13 +252,7 @@ fn a_wall_clock_an_hour_off_never_takes_over_early() {
 fn twenty_handovers_with_tokens_strictly_increasing() {
     let kube = Kube::start(1);
     let key = support::key("k8s-handovers");
-    let c = Candidate {
-        kube: &kube,
-        server: 0,
-        user: CANDIDATE,
-        key: &key,
-        ttl: "4s",
-    };
+    let c = Candidate::on(&kube, &key, "4s");
     let (_dir, logs) = logs("k8s-handovers", 2);
     let mut nodes = vec![c.run("a", &logs[0], &[]), c.run("b", &logs[1], &[])];
     let mut tokens = Vec::new();

@@ -32,13 +32,7 @@ fn the_api_server_frozen_or_killed_shorter_or_longer_than_the_renew_deadline() {
     let (_dir, logs) = logs("k8s-apiserver", 2);
     // ttl 6 s: renew deadline 4 s.
     let nodes = {
-        let c = Candidate {
-            kube: &kube,
-            server: 0,
-            user: CANDIDATE,
-            key: &key,
-            ttl: "6s",
-        };
+        let c = Candidate::on(&kube, &key, "6s");
         vec![c.run("a", &logs[0], &[]), c.run("b", &logs[1], &[])]
     };
     let (_, token) = the_leader(&nodes, PATIENCE);
@@ -126,13 +120,7 @@ fn etcd_members_lost_one_changes_nothing_two_stop_the_leader_until_healed() {
     let key = support::key("k8s-etcd-loss");
     let (_dir, logs) = logs("k8s-etcd-loss", 2);
     let nodes = {
-        let c = Candidate {
-            kube: &kube,
-            server: 0,
-            user: CANDIDATE,
-            key: &key,
-            ttl: "3s",
-        };
+        let c = Candidate::on(&kube, &key, "3s");
         vec![c.run("a", &logs[0], &[]), c.run("b", &logs[1], &[])]
     };
     let (_, token) = the_leader(&nodes, PATIENCE);
@@ -174,13 +162,7 @@ fn the_api_server_killed_and_back_within_the_renew_deadline_keeps_the_term() {
     let (_dir, logs) = logs("k8s-apiserver-back", 2);
     // ttl 15 s: renew deadline 10 s; the API server is back in about 4.
     let nodes = {
-        let c = Candidate {
-            kube: &kube,
-            server: 0,
-            user: CANDIDATE,
-            key: &key,
-            ttl: "15s",
-        };
+        let c = Candidate::on(&kube, &key, "15s");
         vec![c.run("a", &logs[0], &[]), c.run("b", &logs[1], &[])]
     };
     let (leader, token) = the_leader(&nodes, PATIENCE);
