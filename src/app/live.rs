@@ -113,7 +113,7 @@ impl Live {
                     &look.view.candidates,
                     look.view.leader.as_deref(),
                 ));
-                if let Some(e) = &look.registry_error {
+                if let Some(e) = &look.view.registry_error {
                     out.push_str(&format!("{e}\n"));
                 }
             }

@@ -49,9 +49,9 @@ fn look(
             expires_in_ms: holder.map(|_| left),
             contested: false,
             candidates,
+            registry_error: None,
         },
         peek,
-        registry_error: None,
     })
 }
 

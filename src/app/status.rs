@@ -21,6 +21,10 @@ pub(super) struct StatusView {
     pub contested: bool,
     /// Every registered candidate, in the order they would lead.
     pub candidates: Vec<Record>,
+    /// The registry could not be read, so `candidates` is empty: why. (A
+    /// JSON reader must tell "nobody registered" from "no answer".)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registry_error: Option<String>,
 }
 
 /// One look at the election.
@@ -28,8 +32,6 @@ pub(super) struct StatusView {
 pub(super) struct Look {
     pub view: StatusView,
     pub peek: Peek,
-    /// The registry could not be read (the list is empty): why.
-    pub registry_error: Option<String>,
 }
 
 /// One look at the election: the lease, then the registry.
@@ -53,25 +55,18 @@ pub(super) async fn look(backend: &mut dyn LeaseBackend, key: &str) -> Result<Lo
         expires_in_ms: peek.expires_in.map(|d| d.as_millis() as u64),
         contested: peek.contested,
         candidates,
-    };
-    Ok(Look {
-        view,
-        peek,
         registry_error,
-    })
+    };
+    Ok(Look { view, peek })
 }
 
 /// `leaderd status`: exit 0 when held, 3 when vacant, 1 when unreachable.
 pub async fn status(config: Config, json: bool) -> Result<ExitCode, Failure> {
     let mut backend = backend(&config)?;
-    let Look {
-        view,
-        peek,
-        registry_error,
-    } = look(backend.as_mut(), &config.key)
+    let Look { view, peek } = look(backend.as_mut(), &config.key)
         .await
         .map_err(Failure::Backend)?;
-    if let Some(warning) = registry_error {
+    if let Some(warning) = &view.registry_error {
         eprintln!("warning: {warning}");
     }
     if json {

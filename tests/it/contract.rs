@@ -464,13 +464,19 @@ fn one_node_frozen_past_the_ttl_leaves_a_leader_and_never_two() {
     });
 }
 
-/// The ids `status --json` lists, in order.
+/// The ids `status --json` lists, in order; `None` when it got no answer
+/// from the lease or the registry (a read that timed out on a loaded
+/// machine lists nobody, and says so in `registry_error`).
 fn listed(scene: &dyn Scene, key: &str) -> Option<Vec<String>> {
     let mut args = vec!["status", "--json"];
     let backend = scene.args(key);
     args.extend(backend.iter().map(String::as_str));
     let (_, out, _) = run_to_end(&args);
     let json: serde_json::Value = serde_json::from_str(out.trim()).ok()?;
+    if let Some(why) = json["registry_error"].as_str() {
+        eprintln!("{}: status: {why}", scene.name());
+        return None;
+    }
     Some(
         json["candidates"]
             .as_array()?
