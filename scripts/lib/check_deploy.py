@@ -179,6 +179,48 @@ def env_value(container, name):
     return None
 
 
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def check_lease_identity(name, spec, sidecar, objects):
+    """With no store URL, leaderd elects with a Lease as the pod's
+    ServiceAccount: the account exists, a RoleBinding gives it a Role that
+    names the leases, and its token is mounted into leaderd alone."""
+    account = spec.get("serviceAccountName")
+    if not any(o["kind"] == "ServiceAccount" and o["metadata"]["name"] == account for o in objects):
+        problem(f"{name}: serviceAccountName {account!r} is no ServiceAccount of these manifests")
+        return
+    roles = [
+        o["roleRef"]["name"]
+        for o in objects
+        if o["kind"] == "RoleBinding"
+        and any(s.get("kind") == "ServiceAccount" and s.get("name") == account for s in o.get("subjects", []))
+    ]
+    rules = [
+        r
+        for o in objects
+        if o["kind"] == "Role" and o["metadata"]["name"] in roles
+        for r in o.get("rules", [])
+        if "leases" in r.get("resources", [])
+    ]
+    verbs = {v for r in rules for v in r.get("verbs", [])}
+    if {"get", "update", "watch", "create"} <= verbs and all(r.get("resourceNames") or r["verbs"] == ["create"] for r in rules):
+        ok(f"{name}: ServiceAccount {account} may get, update and watch its named Leases and create leases")
+    else:
+        problem(f"{name}: ServiceAccount {account} lacks the Role of docs/kubernetes.md (has {sorted(verbs)})")
+    if spec.get("automountServiceAccountToken") is not False:
+        problem(f"{name}: the token is mounted into every container (set automountServiceAccountToken: false)")
+    mounted = [
+        c["name"]
+        for c in pod_containers(spec)
+        if any(m["mountPath"] == SERVICE_ACCOUNT_DIR for m in c.get("volumeMounts", []))
+    ]
+    if mounted == [sidecar["name"]]:
+        ok(f"{name}: the service account token is mounted into leaderd only")
+    else:
+        problem(f"{name}: the service account token is mounted into {mounted}, not leaderd alone")
+
+
 def check_leaderd_pod(leaderd, name, pod, objects, cargo_version):
     spec = pod["spec"]
     sidecars = [c for c in spec.get("initContainers", []) if c["name"] == "leaderd"]
@@ -207,16 +249,19 @@ def check_leaderd_pod(leaderd, name, pod, objects, cargo_version):
     # What the kubelet puts in the environment of every container.
     env = {"POD_NAME": "pod-0", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
     url = env_value(sidecar, "LEADERD_REDIS_URL")
-    ref = (url or {}).get("valueFrom", {}).get("secretKeyRef")
-    secret = next(
-        (o for o in objects if o["kind"] == "Secret" and ref and o["metadata"]["name"] == ref["name"]),
-        None,
-    )
-    if secret is None or ref["key"] not in secret.get("stringData", {}):
-        problem(f"{name}: LEADERD_REDIS_URL does not come from a Secret in these manifests")
+    if url is None:
+        check_lease_identity(name, spec, sidecar, objects)
     else:
-        ok(f"{name}: the Redis URL comes from Secret {ref['name']}")
-        env["LEADERD_REDIS_URL"] = secret["stringData"][ref["key"]]
+        ref = url.get("valueFrom", {}).get("secretKeyRef")
+        secret = next(
+            (o for o in objects if o["kind"] == "Secret" and ref and o["metadata"]["name"] == ref["name"]),
+            None,
+        )
+        if secret is None or ref["key"] not in secret.get("stringData", {}):
+            problem(f"{name}: LEADERD_REDIS_URL does not come from a Secret in these manifests")
+        else:
+            ok(f"{name}: the Redis URL comes from Secret {ref['name']}")
+            env["LEADERD_REDIS_URL"] = secret["stringData"][ref["key"]]
 
     args = sidecar.get("args", [])
     config_mounts = {m["mountPath"]: m["name"] for m in sidecar.get("volumeMounts", [])}

@@ -1,17 +1,22 @@
 # shellcheck shell=bash
 # Builds, when missing, the real kube-apiserver and etcd 3.6 the Kubernetes
-# Lease tests start (issue #38), with `go` from their published modules
+# Lease tests start (issue #38), kubectl (which applies deploy/kubernetes
+# as users do) and the client-go elector leaderd is measured against
+# (tests/k8s/elector, issue #39), with `go` from their published modules
 # (tests/k8s/go.mod, tests/k8s/etcd/go.mod), into a cache outside the
-# repository keyed by those files and this script, so a reused machine pays nothing and a
-# fresh one pays once (about 8 minutes and 700 MB of modules on 2 cores).
-# Nothing is committed but the module files. Sourced: it exports
+# repository keyed by those files, the elector and this script, so a
+# reused machine pays nothing and a fresh one pays once (about 9 minutes
+# and 750 MB of modules on 2 cores). Nothing is committed but the module
+# files and the elector's source. Sourced: it exports
 #   LEADERD_KUBE_APISERVER  the kube-apiserver binary
 #   LEADERD_KUBE_ETCD       the etcd binary
+#   LEADERD_KUBECTL         kubectl, the same version
+#   LEADERD_KUBE_ELECTOR    the client-go elector
 # Run directly, it prints them.
 ensure_kube_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 ensure_kube_key="$(cat "$ensure_kube_root"/tests/k8s/go.mod "$ensure_kube_root"/tests/k8s/go.sum \
   "$ensure_kube_root"/tests/k8s/etcd/go.mod "$ensure_kube_root"/tests/k8s/etcd/go.sum \
-  "$ensure_kube_root"/scripts/lib/ensure-kube.sh |
+  "$ensure_kube_root"/tests/k8s/elector/*.go "$ensure_kube_root"/scripts/lib/ensure-kube.sh |
   sha256sum | cut -c1-16)"
 ensure_kube_dir="${XDG_CACHE_HOME:-$HOME/.cache}/leaderd/k8s-$ensure_kube_key"
 ensure_kube_build() {
@@ -31,25 +36,31 @@ ensure_kube_build() {
     ;;
   esac
   minor="$(echo "$version" | cut -d. -f2)"
-  echo "ensure-kube: building kube-apiserver $version and etcd into $ensure_kube_dir (once per machine)" >&2
+  echo "ensure-kube: building kube-apiserver $version, kubectl, the client-go elector and etcd into $ensure_kube_dir (once per machine)" >&2
   mkdir -p "$partial"
-  # The version kube-apiserver reports (`/version`, its logs), as the
-  # release build sets it.
+  # The version kube-apiserver and kubectl report (`/version`, logs), as
+  # the release build sets it.
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   (cd "$ensure_kube_root/tests/k8s" &&
-    go build -trimpath -o "$partial/kube-apiserver" \
-      -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
-      k8s.io/kubernetes/cmd/kube-apiserver) || return 1
+    go build -trimpath -o "$partial/kube-apiserver" -ldflags "$ldflags" k8s.io/kubernetes/cmd/kube-apiserver &&
+    go build -trimpath -o "$partial/kubectl" -ldflags "$ldflags" k8s.io/kubernetes/cmd/kubectl &&
+    go build -trimpath -o "$partial/elector" -ldflags "-s -w" ./elector) || return 1
   (cd "$ensure_kube_root/tests/k8s/etcd" &&
     go build -trimpath -ldflags "-s -w" -o "$partial/etcd" go.etcd.io/etcd/server/v3) || return 1
   rm -rf "$ensure_kube_dir"
   mv "$partial" "$ensure_kube_dir"
 }
-if [ ! -x "$ensure_kube_dir/kube-apiserver" ] || [ ! -x "$ensure_kube_dir/etcd" ]; then
+if [ ! -x "$ensure_kube_dir/kube-apiserver" ] || [ ! -x "$ensure_kube_dir/etcd" ] ||
+  [ ! -x "$ensure_kube_dir/kubectl" ] || [ ! -x "$ensure_kube_dir/elector" ]; then
   ensure_kube_build || echo "ensure-kube: the build failed" >&2
 fi
 export LEADERD_KUBE_APISERVER="$ensure_kube_dir/kube-apiserver"
 export LEADERD_KUBE_ETCD="$ensure_kube_dir/etcd"
+export LEADERD_KUBECTL="$ensure_kube_dir/kubectl"
+export LEADERD_KUBE_ELECTOR="$ensure_kube_dir/elector"
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   echo "LEADERD_KUBE_APISERVER=$LEADERD_KUBE_APISERVER"
   echo "LEADERD_KUBE_ETCD=$LEADERD_KUBE_ETCD"
+  echo "LEADERD_KUBECTL=$LEADERD_KUBECTL"
+  echo "LEADERD_KUBE_ELECTOR=$LEADERD_KUBE_ELECTOR"
 fi

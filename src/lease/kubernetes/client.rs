@@ -1,7 +1,8 @@
 //! The API server, through `kube`'s client: built on first use from the
 //! kubeconfig or the pod's service account (`kube` reads both as kubectl
-//! does, and re-reads a projected service-account token as the kubelet
-//! rotates it), with `kube`'s own retry layer off, since leaderd's renew
+//! does, and re-reads a projected service-account token once a minute as
+//! the kubelet rotates it; a 401 makes leaderd read it again at once), with
+//! `kube`'s own retry layer off, since leaderd's renew
 //! deadline is the only clock that decides; every request bounded by the
 //! configured timeout. Owns the sorting of the API server's answers into
 //! what the lease needs to branch on (a conflict, an absent object) and
@@ -132,14 +133,22 @@ impl Client {
         &self,
         request: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, Failure> {
-        match tokio::time::timeout(self.config.timeout, request).await {
-            Err(_) => Err(Failure::Other(Error::Timeout {
-                backend: self.backend(),
-                timeout: self.config.timeout,
-            })),
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(self.sort(e)),
-        }
+        self.bounded(request).await?.map_err(|e| self.sort(e))
+    }
+
+    /// One request, bounded by the timeout; the API server's answer as is.
+    async fn bounded<T>(
+        &self,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<Result<T, kube::Error>, Failure> {
+        tokio::time::timeout(self.config.timeout, request)
+            .await
+            .map_err(|_| {
+                Failure::Other(Error::Timeout {
+                    backend: self.backend(),
+                    timeout: self.config.timeout,
+                })
+            })
     }
 
     /// A kube error as the lease branches on it.
@@ -186,10 +195,40 @@ impl Client {
         }
     }
 
+    /// One request on the namespace's Leases, bounded and sorted. After a
+    /// 401 the client is built again, which reads the token file (and the
+    /// kubeconfig) afresh, and the request goes once more: the kubelet may
+    /// have rotated the pod's token, or the API server invalidated the old
+    /// one, since `kube` last read the file (it does so once a minute).
+    async fn request<T, F, Fut>(&mut self, send: F) -> Result<T, Failure>
+    where
+        F: Fn(Api<Lease>) -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        let api = self.leases().await?;
+        match self.bounded(send(api)).await? {
+            Err(kube::Error::Api(status)) if status.code == 401 => {
+                tracing::info!(
+                    lease = %self.shown,
+                    "the API server refused leaderd's credentials (401): reading them again"
+                );
+                self.built = None;
+                let api = self.leases().await?;
+                self.call(send(api)).await
+            }
+            answer => answer.map_err(|e| self.sort(e)),
+        }
+    }
+
     /// The Lease `name`, or `None`.
     pub(super) async fn get(&mut self, name: &str) -> Result<Option<Lease>, Error> {
-        let api = self.leases().await?;
-        match self.call(api.get(name)).await {
+        let read = self
+            .request(|api| {
+                let name = name.to_string();
+                async move { api.get(&name).await }
+            })
+            .await;
+        match read {
             Ok(lease) => Ok(Some(lease)),
             Err(Failure::Missing) => Ok(None),
             Err(Failure::Conflict) => Err(Error::Unexpected {
@@ -202,17 +241,22 @@ impl Client {
 
     /// Creates `lease`; `Conflict` when it exists already.
     pub(super) async fn create(&mut self, lease: &Lease) -> Result<Lease, Failure> {
-        let api = self.leases().await?;
-        self.call(api.create(&PostParams::default(), lease)).await
+        self.request(|api| {
+            let lease = lease.clone();
+            async move { api.create(&PostParams::default(), &lease).await }
+        })
+        .await
     }
 
     /// Replaces `lease` if it is still at its `resourceVersion` (a
     /// compare-and-swap): `Conflict` when it changed, `Missing` when gone.
     pub(super) async fn replace(&mut self, lease: &Lease) -> Result<Lease, Failure> {
-        let api = self.leases().await?;
         let name = lease.metadata.name.clone().unwrap_or_default();
-        self.call(api.replace(&name, &PostParams::default(), lease))
-            .await
+        self.request(|api| {
+            let (name, lease) = (name.clone(), lease.clone());
+            async move { api.replace(&name, &PostParams::default(), &lease).await }
+        })
+        .await
     }
 }
 
