@@ -157,6 +157,38 @@ impl Kube {
         self.ok("POST", &format!("{base}/rolebindings"), Some(&binding));
     }
 
+    /// The CA that signed the API servers' certificates.
+    pub fn ca(&self) -> PathBuf {
+        self.pki.ca()
+    }
+
+    /// The private key the API servers sign service-account tokens with.
+    pub fn service_account_key(&self) -> PathBuf {
+        self.dir.join("sa.key")
+    }
+
+    /// `kubectl ARGS` as the admin on the first server (the kubectl that
+    /// `scripts/lib/ensure-kube.sh` built, `LEADERD_KUBECTL`): whether it
+    /// succeeded, and its stdout and stderr.
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        let config = self.kubeconfig(ADMIN, 0);
+        let out = Command::new(binary("LEADERD_KUBECTL"))
+            .arg("--kubeconfig")
+            .arg(&config)
+            .args(args)
+            .env_clear()
+            .env("HOME", &self.dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("kubectl runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
     /// A kubeconfig for `user` on server `i` (its token, the test CA).
     pub fn kubeconfig(&self, user: &str, i: usize) -> PathBuf {
         self.kubeconfig_with(user, &token(user), i)

@@ -151,6 +151,33 @@ pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> (Child, Arc<Mutex<
     (child, log)
 }
 
+/// Like [`spawn_with_env`], with leaderd started by `wrapper` (a program
+/// and its arguments that end by exec'ing the rest of the command line, so
+/// the process is leaderd's own: signals reach it).
+pub fn spawn_wrapped(
+    wrapper: &[String],
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, Arc<Mutex<Vec<String>>>) {
+    let plain = command(args);
+    let mut cmd = Command::new(&wrapper[0]);
+    cmd.args(&wrapper[1..])
+        .arg(plain.get_program())
+        .args(plain.get_args())
+        .env_clear()
+        .envs(plain.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .envs(env.iter().copied())
+        .stdin(Stdio::null());
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn leaderd");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    collect_lines(child.stderr.take().expect("piped"), &log);
+    (child, log)
+}
+
 /// Reads `from` line by line into `into` on a thread, then marks the end.
 fn collect_lines(from: impl std::io::Read + Send + 'static, into: &Arc<Mutex<Vec<String>>>) {
     let sink = into.clone();

@@ -18,6 +18,7 @@ mod receiver;
 mod redis_server;
 pub mod redlock;
 pub mod sentinel;
+pub mod serviceaccount;
 pub mod tls;
 pub mod worker;
 pub mod zk_gate;
