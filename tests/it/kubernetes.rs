@@ -9,6 +9,7 @@
 
 mod deploy;
 mod faults;
+mod mixed;
 mod rbac;
 
 use crate::support;
@@ -64,13 +65,37 @@ impl<'a> Candidate<'a> {
 
     /// `leaderd run` running the probe child, which logs to `log`.
     fn run(&self, id: &str, log: &Path, env: &[(&str, &str)]) -> Leaderd {
+        let log = [support::path_str(log).to_string()];
+        self.run_with(id, &probe_child(), &log, env)
+    }
+
+    /// `leaderd run -- PROGRAM ARGS`.
+    fn run_with(
+        &self,
+        id: &str,
+        program: &str,
+        program_args: &[String],
+        env: &[(&str, &str)],
+    ) -> Leaderd {
         let kubeconfig = self.kube.kubeconfig(self.user, self.server);
         let mut args = self.args(&kubeconfig);
-        args.extend(["--", &probe_child(), support::path_str(log)].map(String::from));
+        args.extend(["--".to_string(), program.to_string()]);
+        args.extend(program_args.iter().cloned());
         let http = format!("127.0.0.1:{}", support::free_port());
         let mut full: Vec<&str> = vec!["run", "--id", id, "--http", &http];
         full.extend(args.iter().map(String::as_str));
         Leaderd::attach(id, &http, support::spawn_with_env(&full, env))
+    }
+
+    /// `leaderd status --json`, once it answers.
+    fn status_json(&self) -> serde_json::Value {
+        let kubeconfig = self.kube.kubeconfig(self.user, self.server);
+        let mut args = vec!["status".to_string(), "--json".to_string()];
+        args.extend(self.args(&kubeconfig));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        eventually(PATIENCE, "status to answer", || {
+            serde_json::from_str(run_to_end(&args).1.trim()).ok()
+        })
     }
 
     /// `leaderd check`: its exit code and stdout + stderr.

@@ -18,6 +18,10 @@ pub(super) const OWNER: &str = "leaderd.io/owner";
 /// The term's fencing token, for people to read (`kubectl get lease -o
 /// yaml`); never read back as input.
 pub(super) const FENCING: &str = "leaderd.io/fencing-token";
+/// Whose term the token is: a client-go elector that takes the Lease over
+/// from a crashed leaderd keeps the annotations it finds, so the token is
+/// shown only while this still names the holder.
+pub(super) const TOKEN_HOLDER: &str = "leaderd.io/fencing-token-holder";
 
 /// The client-go record of a Lease, as compared between looks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,8 +64,11 @@ pub(super) fn annotation(lease: &Lease, key: &str) -> Option<String> {
     lease.metadata.annotations.as_ref()?.get(key).cloned()
 }
 
-/// The fencing token an annotation shows (people's view only).
+/// The fencing token an annotation shows (people's view only), if it is
+/// the current holder's.
 pub(super) fn shown_token(lease: &Lease) -> Option<u64> {
+    let holder = Seen::of(lease).holder?;
+    (annotation(lease, TOKEN_HOLDER)? == holder).then_some(())?;
     annotation(lease, FENCING)?.parse().ok()
 }
 
@@ -138,13 +145,16 @@ pub(super) fn acquisition(
     let notes = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
     notes.insert(OWNER.to_string(), digest.to_string());
     notes.remove(FENCING);
+    notes.remove(TOKEN_HOLDER);
     lease
 }
 
-/// The same lease with the term's token shown.
+/// The same lease with the term's token shown, as its holder's.
 pub(super) fn with_token(mut lease: Lease, token: u64) -> Lease {
+    let holder = Seen::of(&lease).holder.unwrap_or_default();
     let notes = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
     notes.insert(FENCING.to_string(), token.to_string());
+    notes.insert(TOKEN_HOLDER.to_string(), holder);
     lease
 }
 
@@ -167,6 +177,7 @@ pub(super) fn release(mut current: Lease, now: Timestamp) -> Lease {
     if let Some(notes) = current.metadata.annotations.as_mut() {
         notes.remove(OWNER);
         notes.remove(FENCING);
+        notes.remove(TOKEN_HOLDER);
     }
     current
 }

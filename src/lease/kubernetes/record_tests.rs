@@ -57,6 +57,11 @@ fn writes_keep_client_gos_record() {
     );
     let shown = with_token(again, 42);
     assert_eq!(shown_token(&shown), Some(42));
+    // A client-go elector takes over after pod-b crashed: it keeps the
+    // annotations, but the token is not its own.
+    let mut theirs = shown.clone();
+    theirs.spec.as_mut().unwrap().holder_identity = Some("client-go-1".into());
+    assert_eq!(shown_token(&theirs), None);
     let released = release(shown, now);
     let s = Seen::of(&released);
     assert_eq!((s.holder, s.duration, s.transitions), (None, S, 1));
