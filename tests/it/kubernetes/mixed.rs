@@ -73,8 +73,8 @@ impl Elector {
         std::fs::read_to_string(&self.events)
             .unwrap_or_default()
             .lines()
-            .filter_map(|l| l.strip_prefix("leading ")?.parse().ok())
-            .last()
+            .rev()
+            .find_map(|l| l.strip_prefix("leading ")?.parse().ok())
     }
 
     pub(super) fn signal(&self, signal: i32) {
