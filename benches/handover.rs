@@ -14,6 +14,8 @@
 #[allow(dead_code, unused_imports)]
 mod support;
 
+#[path = "handover/clientgo.rs"]
+mod clientgo;
 #[path = "handover/health.rs"]
 mod health;
 #[path = "handover/rollout.rs"]
@@ -716,6 +718,12 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
+    // `BENCH_ONLY=clientgo`: leaderd beside client-go's elector alone.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("clientgo") {
+        clientgo::rows(&exe, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     // `BENCH_ONLY=rollout`: the rolling-update table alone.
     if std::env::var("BENCH_ONLY").as_deref() == Ok("rollout") {
         let redis = Redis::start();
@@ -995,6 +1003,8 @@ fn main() {
         rollouts(&bench.redis, etcd, &exe, &dir);
         println!();
     }
+    clientgo::rows(&exe, &dir);
+    println!();
     let size = std::fs::metadata(support::BIN).map_or(0, |m| m.len());
     println!(
         "binary: {} ({:.1} MiB)",
