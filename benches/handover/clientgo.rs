@@ -62,7 +62,11 @@ impl Side {
         let config = self.kubeconfig.to_str().expect("utf-8").to_string();
         let mut child: Vec<String> = Vec::new();
         if let Some(file) = probe {
-            child = vec![self.exe.clone(), PROBE.into(), file.to_str().unwrap().into()];
+            child = vec![
+                self.exe.clone(),
+                PROBE.into(),
+                file.to_str().unwrap().into(),
+            ];
         } else if self.go {
             // The elector always runs a command: one that waits.
             child = vec!["sleep".into(), "infinity".into()];
@@ -71,7 +75,12 @@ impl Side {
             let binary = std::env::var("LEADERD_KUBE_ELECTOR")
                 .expect("LEADERD_KUBE_ELECTOR: run scripts/bench");
             let process = Command::new(binary)
-                .args(["--kubeconfig", &config, "--namespace", support::kube::NAMESPACE])
+                .args([
+                    "--kubeconfig",
+                    &config,
+                    "--namespace",
+                    support::kube::NAMESPACE,
+                ])
                 .args(["--lease", &lease, "--id", &id, "--"])
                 .args(&child)
                 .stdin(Stdio::null())

@@ -204,8 +204,8 @@ def check_lease_identity(name, spec, sidecar, objects):
         if "leases" in r.get("resources", [])
     ]
     verbs = {v for r in rules for v in r.get("verbs", [])}
-    if {"get", "update", "watch", "create"} <= verbs and all(r.get("resourceNames") or r["verbs"] == ["create"] for r in rules):
-        ok(f"{name}: ServiceAccount {account} may get, update and watch its named Leases and create leases")
+    if {"get", "update", "patch", "watch", "create"} <= verbs and all(r.get("resourceNames") or r["verbs"] == ["create"] for r in rules):
+        ok(f"{name}: ServiceAccount {account} may get, update, patch and watch its named Leases and create leases")
     else:
         problem(f"{name}: ServiceAccount {account} lacks the Role of docs/kubernetes.md (has {sorted(verbs)})")
     if spec.get("automountServiceAccountToken") is not False:

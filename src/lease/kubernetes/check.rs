@@ -81,7 +81,7 @@ pub(super) async fn report(lease: &mut KubeLease) -> Result<Vec<String>, Error> 
         on("get", &name),
         on("update", &name),
         on("get", &registry),
-        on("update", &registry),
+        on("patch", &registry),
     ] {
         if !allowed(lease, &namespace, &need).await? {
             missing.push(need.shown());
@@ -121,7 +121,7 @@ pub(super) async fn report(lease: &mut KubeLease) -> Result<Vec<String>, Error> 
         ));
     }
     lines.push(format!(
-        "allowed in namespace {namespace}: get and update on the Lease {name} and on {registry}{}",
+        "allowed in namespace {namespace}: get and update on the Lease {name}, get and patch on {registry}{}",
         if absent.is_empty() {
             ""
         } else {

@@ -11,11 +11,11 @@
 use super::config::{KubernetesConfig, Source};
 use crate::lease::contract::Error;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::future::Future;
 
 /// The hint of a 403: what leaderd's identity needs.
-const RBAC_HINT: &str = "give leaderd's identity the Role in docs/kubernetes.md (get, update and watch on the Lease and its NAME-candidates Lease by resourceNames, create on leases)";
+const RBAC_HINT: &str = "give leaderd's identity the Role in docs/kubernetes.md (get, update, patch and watch on the Lease and its NAME-candidates Lease by resourceNames, create on leases)";
 /// The hint of a 401.
 const AUTH_HINT: &str = "the API server does not accept leaderd's credentials: check the token or client certificate of the kubeconfig context (--kubeconfig), or the pod's service account token";
 
@@ -244,6 +244,24 @@ impl Client {
         self.request(|api| {
             let lease = lease.clone();
             async move { api.create(&PostParams::default(), &lease).await }
+        })
+        .await
+    }
+
+    /// A JSON merge patch of the Lease `name`: `Missing` when it is not
+    /// there, `Conflict` when the patch names a `resourceVersion` that is
+    /// no longer the object's.
+    pub(super) async fn merge(
+        &mut self,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Lease, Failure> {
+        self.request(|api| {
+            let (name, patch) = (name.to_string(), patch.clone());
+            async move {
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+            }
         })
         .await
     }

@@ -1,27 +1,33 @@
 //! The candidates registry on Kubernetes: one more Lease, `NAME-candidates`
-//! (so the Role names both by `resourceNames` and needs no `list`), whose
-//! `leaderd.io/candidates` annotation maps each candidate's id to its
-//! record, its expiry in ms on the writer's clock, and, while it leads, its
-//! term's token (what a candidate that never saw a deleted Lease's holder
-//! learns the vacancy rule from). Each registration is a read and a
-//! compare-and-swap, again after a conflict; entries expired by more than a
-//! TTL (the slack absorbs clocks that disagree) are dropped by the writer.
+//! (so the Role names both by `resourceNames` and needs no `list`), with an
+//! annotation per candidate, `leaderd.io/candidate.ID`: its record, its
+//! expiry in ms on the writer's clock, and, while it leads, its term's
+//! token (what a candidate that never saw a deleted Lease's holder learns
+//! the vacancy rule from). A registration is one JSON merge patch of its own
+//! annotation, which conflicts with nobody and answers with the whole
+//! object: every record, in one request. Entries expired by more than a TTL
+//! (the slack absorbs clocks that disagree) are dropped by the next writer
+//! that sees them, by a patch conditional on the version it saw, so an entry
+//! written meanwhile is never lost.
 
 use super::client::{Client, Failure};
 use crate::lease::contract::Error;
 use crate::lease::registry::{Record, parse_all};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Map, Value, json};
+use sha2::Digest;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-const CANDIDATES: &str = "leaderd.io/candidates";
-/// Conflicts a registration rides out before it reports one.
-const ROUNDS: usize = 8;
+const PREFIX: &str = "leaderd.io/candidate.";
+/// Conflicts a registration rides out (a create racing another's).
+const ROUNDS: usize = 4;
 
 pub(super) struct Registry {
     object: String,
-    mine: String,
+    /// Our annotation's key.
+    key: String,
     ttl: Duration,
 }
 
@@ -34,29 +40,46 @@ struct Entry {
     t: Option<u64>,
 }
 
-type Entries = BTreeMap<String, Entry>;
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn entries(lease: &Lease) -> Entries {
-    lease
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(CANDIDATES))
-        .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or_default()
+/// The annotation key of candidate `id`: the id itself where an annotation
+/// name may hold it (readable in `kubectl get lease -o yaml`), else a
+/// digest of it (the record inside carries the id either way).
+pub(super) fn key_of(id: &str) -> String {
+    let fits = id.len() <= 63 - "candidate.".len()
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && id.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if fits {
+        return format!("{PREFIX}{id}");
+    }
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{PREFIX}sha256-{hex}")
+}
+
+/// Every entry of the registry object, by annotation key.
+fn entries(lease: &Lease) -> BTreeMap<String, Entry> {
+    let Some(notes) = lease.metadata.annotations.as_ref() else {
+        return BTreeMap::new();
+    };
+    notes
+        .iter()
+        .filter(|(k, _)| k.starts_with(PREFIX))
+        .filter_map(|(k, text)| Some((k.clone(), serde_json::from_str(text).ok()?)))
+        .collect()
 }
 
 impl Registry {
     pub(super) fn new(lease: &str, id: &str, ttl: Duration) -> Registry {
         Registry {
             object: format!("{lease}-candidates"),
-            mine: id.to_string(),
+            key: key_of(id),
             ttl,
         }
     }
@@ -69,48 +92,44 @@ impl Registry {
         me: Option<&Record>,
         leads: Option<u64>,
     ) -> Result<Vec<Record>, Error> {
-        for _ in 0..ROUNDS {
-            let current = client.get(&self.object).await?;
-            let mut all = current.as_ref().map(entries).unwrap_or_default();
-            let now = now_ms();
-            let slack = self.ttl.as_millis() as u64;
-            all.retain(|id, e| *id == self.mine || e.x + slack >= now);
-            match me {
-                Some(record) => {
-                    let entry = Entry {
-                        r: record.clone(),
-                        x: now + self.ttl.as_millis() as u64,
-                        t: leads,
-                    };
-                    all.insert(self.mine.clone(), entry);
-                }
-                None => {
-                    if current.is_none() || all.remove(&self.mine).is_none() {
-                        return Ok(live(&all));
-                    }
-                }
+        let value = match me {
+            Some(record) => {
+                let entry = Entry {
+                    r: record.clone(),
+                    x: now_ms() + self.ttl.as_millis() as u64,
+                    t: leads,
+                };
+                Value::String(serde_json::to_string(&entry).expect("an entry serialises"))
             }
-            let text = serde_json::to_string(&all).expect("entries always serialise");
-            let written = match current {
-                Some(mut lease) => {
-                    let notes = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
-                    notes.insert(CANDIDATES.to_string(), text);
-                    client.replace(&lease).await
-                }
-                None => {
+            None => Value::Null,
+        };
+        for _ in 0..ROUNDS {
+            let patch = json!({ "metadata": { "annotations": { &self.key: value } } });
+            let written = match client.merge(&self.object, &patch).await {
+                Err(Failure::Missing) if value.is_null() => return Ok(Vec::new()),
+                Err(Failure::Missing) => {
+                    let notes = BTreeMap::from([(
+                        self.key.clone(),
+                        value.as_str().unwrap_or_default().to_string(),
+                    )]);
                     let lease = Lease {
                         metadata: ObjectMeta {
                             name: Some(self.object.clone()),
-                            annotations: Some(BTreeMap::from([(CANDIDATES.to_string(), text)])),
+                            annotations: Some(notes),
                             ..ObjectMeta::default()
                         },
                         spec: None,
                     };
                     client.create(&lease).await
                 }
+                other => other,
             };
             match written {
-                Ok(_) => return Ok(live(&all)),
+                Ok(lease) => {
+                    self.prune(client, &lease).await;
+                    return Ok(live(&lease));
+                }
+                // Another candidate created it first: patch it now.
                 Err(Failure::Conflict | Failure::Missing) => continue,
                 Err(Failure::Other(e)) => return Err(e),
             }
@@ -118,16 +137,39 @@ impl Registry {
         Err(Error::Connection {
             backend: "the Kubernetes API server".into(),
             detail: format!(
-                "the Lease {} changed under {ROUNDS} registrations in a row",
+                "the Lease {} was created and deleted under {ROUNDS} registrations in a row",
                 self.object
             ),
         })
     }
 
+    /// Drops the entries of candidates gone for more than a TTL past their
+    /// expiry, unless the object changed since `seen` (then the next writer
+    /// sees them again). Best effort: the entries are harmless meanwhile.
+    async fn prune(&self, client: &mut Client, seen: &Lease) {
+        let slack = self.ttl.as_millis() as u64;
+        let now = now_ms();
+        let dead: Map<String, Value> = entries(seen)
+            .into_iter()
+            .filter(|(k, e)| *k != self.key && e.x + slack < now)
+            .map(|(k, _)| (k, Value::Null))
+            .collect();
+        if dead.is_empty() {
+            return;
+        }
+        let patch = json!({ "metadata": {
+            "resourceVersion": seen.metadata.resource_version,
+            "annotations": dead,
+        } });
+        if let Err(Failure::Other(e)) = client.merge(&self.object, &patch).await {
+            tracing::debug!(error = %e, "could not drop the registry's lapsed entries");
+        }
+    }
+
     /// Every live record, writing nothing.
     pub(super) async fn candidates(&mut self, client: &mut Client) -> Result<Vec<Record>, Error> {
         let current = client.get(&self.object).await?;
-        Ok(live(&current.as_ref().map(entries).unwrap_or_default()))
+        Ok(current.as_ref().map(live).unwrap_or_default())
     }
 
     /// Another live candidate that says it leads, and its term's token.
@@ -142,17 +184,37 @@ impl Registry {
             .map(entries)
             .unwrap_or_default()
             .into_iter()
-            .filter(|(id, e)| e.x > now && *id != self.mine)
-            .find_map(|(id, e)| Some((id, e.t?))))
+            .filter(|(k, e)| e.x > now && *k != self.key)
+            .find_map(|(_, e)| Some((e.r.id, e.t?))))
     }
 }
 
-fn live(all: &Entries) -> Vec<Record> {
+/// Every record of the object whose expiry has not passed.
+fn live(lease: &Lease) -> Vec<Record> {
     let now = now_ms();
-    let texts: Vec<String> = all
+    let texts: Vec<String> = entries(lease)
         .values()
         .filter(|e| e.x > now)
         .filter_map(|e| serde_json::to_string(&e.r).ok())
         .collect();
     parse_all(texts.iter().map(String::as_bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_annotation_key_holds_the_id_when_it_can_and_a_digest_when_not() {
+        assert_eq!(key_of("pod-a_1.x"), "leaderd.io/candidate.pod-a_1.x");
+        for id in ["web:0", "a b", &"x".repeat(60), "ends-", "ünï"] {
+            let key = key_of(id);
+            let name = key.strip_prefix("leaderd.io/").unwrap();
+            assert!(
+                name.starts_with("candidate.sha256-") && name.len() <= 63,
+                "{key}"
+            );
+        }
+        assert_ne!(key_of("web:0"), key_of("web:1"));
+    }
 }

@@ -45,7 +45,7 @@ fn rbac_mistakes_and_a_bad_token_say_exactly_what_is_wrong() {
         key: &key,
         ttl: "3s",
     };
-    // The minimal Role but `update`.
+    // The minimal Role but `update` and `patch`.
     let no_update = [
         lease_rules(&["get", "watch"], Some(&names)),
         lease_rules(&["create"], None),
@@ -55,12 +55,15 @@ fn rbac_mistakes_and_a_bad_token_say_exactly_what_is_wrong() {
     assert_eq!(code, 2, "{out}");
     assert!(
         out.contains(&format!(
-            "may not update the Lease {name}, update the Lease {name}-candidates in namespace {NAMESPACE}"
+            "may not update the Lease {name}, patch the Lease {name}-candidates in namespace {NAMESPACE}"
         )) && out.contains("docs/kubernetes.md"),
         "{out}"
     );
     // The minimal Role but `create`, the Lease absent.
-    let no_create = [lease_rules(&["get", "update", "watch"], Some(&names))];
+    let no_create = [lease_rules(
+        &["get", "update", "patch", "watch"],
+        Some(&names),
+    )];
     kube.role("no-create", &json!(no_create), "no-create");
     let (code, out) = as_user("no-create").check();
     assert_eq!(code, 2, "{out}");
@@ -80,7 +83,7 @@ fn rbac_mistakes_and_a_bad_token_say_exactly_what_is_wrong() {
     node.wait_leading(PATIENCE);
     // No `watch`: it leads by polling, and says so once.
     let no_watch = [
-        lease_rules(&["get", "update"], Some(&names)),
+        lease_rules(&["get", "update", "patch"], Some(&names)),
         lease_rules(&["create"], None),
     ];
     kube.role("no-watch", &json!(no_watch), "no-watch");

@@ -20,7 +20,7 @@ use std::time::Duration;
 pub const NAMESPACE: &str = "default";
 
 /// The users of the static token file: `admin` is in `system:masters`;
-/// `leaderd-candidate` is bound to the Role `leaderd` (leases: get, update,
+/// `leaderd-candidate` is bound to the Role `leaderd` (leases: get, update, patch,
 /// watch, create); the others are bound to nothing until a test binds them.
 pub const USERS: &[&str] = &[
     ADMIN,
@@ -135,7 +135,7 @@ impl Kube {
         let rules = json!([{
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["get", "update", "watch", "create"],
+            "verbs": ["get", "update", "patch", "watch", "create"],
         }]);
         self.role("leaderd", &rules, CANDIDATE);
     }
