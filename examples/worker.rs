@@ -12,22 +12,18 @@
 //!   it also stops when leaderd stops answering.
 //!
 //! With `WORKER_REDIS_URL` set, every job writes its result to Redis through
-//! a fenced write: a write carrying a lower token than one already seen is
-//! refused, which is what makes a paused, deposed leader harmless.
+//! the fence leaderd ships (`fence/redis.lua`, loaded if the server lacks
+//! it; docs/fencing.md): a write carrying a lower token than one already
+//! written is refused by Redis itself, which is what makes a paused,
+//! deposed leader harmless. The refusal goes to stderr.
 //!
 //! Build: `cargo build --release --example worker`.
 
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
-/// Fenced write: refuse a token lower than the highest seen so far.
-const FENCED_WRITE: &str = r"
-local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
-local token = tonumber(ARGV[1])
-if token < seen then return 0 end
-redis.call('SET', KEYS[1], ARGV[1])
-redis.call('SET', KEYS[2], ARGV[2])
-return 1";
+/// The fence library, loaded when the server does not have it yet.
+const FENCE: &str = include_str!("../fence/redis.lua");
 
 /// A job never starts with less lease left than this.
 const SAFETY_MARGIN: Duration = Duration::from_millis(1500);
@@ -71,7 +67,7 @@ async fn main() {
         match &store {
             Some(store) => match store.fenced_write(token, &result).await {
                 Ok(true) => println!("worker {id}: {result}, fencing token {token}: stored"),
-                Ok(false) => println!(
+                Ok(false) => eprintln!(
                     "worker {id}: {result}, fencing token {token}: REFUSED, a newer leader has written"
                 ),
                 Err(e) => println!("worker {id}: {result}: redis: {e}"),
@@ -155,7 +151,6 @@ async fn ask(client: &reqwest::Client, url: &str) -> Result<(bool, Option<u64>, 
 
 struct Store {
     connection: redis::aio::MultiplexedConnection,
-    script: redis::Script,
 }
 
 impl Store {
@@ -165,10 +160,7 @@ impl Store {
             client.get_multiplexed_async_connection().await
         };
         match connect.await {
-            Ok(connection) => Store {
-                connection,
-                script: redis::Script::new(FENCED_WRITE),
-            },
+            Ok(connection) => Store { connection },
             Err(e) => {
                 eprintln!("worker: cannot connect to WORKER_REDIS_URL: {e}");
                 std::process::exit(1);
@@ -176,16 +168,33 @@ impl Store {
         }
     }
 
+    /// `FCALL leaderd_fence_set`: stored, or refused as stale (LDF01).
     async fn fenced_write(&self, token: u64, result: &str) -> Result<bool, redis::RedisError> {
         let mut connection = self.connection.clone();
-        let stored: i64 = self
-            .script
-            .key("demo:{results}:fence")
-            .key("demo:{results}:last")
+        let mut call = redis::cmd("FCALL");
+        call.arg("leaderd_fence_set")
+            .arg(2)
+            .arg("demo:{results}:fence")
+            .arg("demo:{results}:last")
             .arg(token)
-            .arg(result)
-            .invoke_async(&mut connection)
-            .await?;
-        Ok(stored == 1)
+            .arg(result);
+        let mut answer = call.query_async::<redis::Value>(&mut connection).await;
+        if answer
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("Function not found"))
+        {
+            redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg("REPLACE")
+                .arg(FENCE)
+                .query_async::<redis::Value>(&mut connection)
+                .await?;
+            answer = call.query_async(&mut connection).await;
+        }
+        match answer {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == Some("LDF01") => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 }

@@ -14,6 +14,8 @@ mod election;
 mod etcd;
 mod failover;
 mod faults;
+mod fence_postgres;
+mod fence_redis;
 mod fixtures;
 mod health;
 mod http;
