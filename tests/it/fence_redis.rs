@@ -5,7 +5,8 @@
 
 use crate::support;
 
-use support::Redis;
+use std::time::{Duration, Instant};
+use support::{Leaderd, Redis};
 
 const LIBRARY: &str = include_str!("../../fence/redis.lua");
 
@@ -153,4 +154,107 @@ fn every_fenced_write_refuses_a_deposed_terms_token_naming_both() {
     read.arg("leaderd_fence_token").arg(1).arg(fence);
     let token: i64 = read.query(&mut redis.conn()).unwrap();
     assert_eq!(token, 9);
+}
+
+/// `pid` and every process below it.
+fn tree(pid: u32) -> Vec<u32> {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while i < all.len() {
+        let below = support::os::children_of(all[i]);
+        all.extend(below.into_iter().map(|p| p as u32));
+        i += 1;
+    }
+    all
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// The VM-pause case, end to end: two `leaderd run` candidates whose child
+/// is the example worker, writing through the fence. The leader's whole
+/// process tree (leaderd, its guard, the worker) is stopped past the TTL;
+/// the other takes over and writes; the old worker is let run first (the
+/// worst order a thaw can take) and its next write, under its old token,
+/// is refused by Redis; then the rest of the tree resumes.
+#[test]
+fn a_paused_leaders_late_write_is_refused_by_the_store_end_to_end() {
+    let redis = Redis::start();
+    let url = redis.url();
+    let key = support::key("fence-e2e");
+    let worker = support::example("worker");
+    let start = |id: &str| {
+        let http = format!("127.0.0.1:{}", support::free_port());
+        let args = [
+            "run", "--id", id, "--http", &http, "--redis", &url, "--key", &key, "--ttl", "2s",
+            "--", &worker,
+        ];
+        Leaderd::attach(
+            id,
+            &http,
+            support::spawn_with_env(&args, &[("WORKER_REDIS_URL", url.as_str())]),
+        )
+    };
+    let last = || redis.get("demo:{results}:last").unwrap_or_default();
+    let fence = || redis.get("demo:{results}:fence").unwrap_or_default();
+    let a = start("a");
+    a.wait_leading(Duration::from_secs(10));
+    support::eventually(Duration::from_secs(10), "a's worker to write", || {
+        last().ends_with("by a").then_some(())
+    });
+    let old = fence();
+    let b = start("b");
+    support::eventually(Duration::from_secs(10), "b to stand by", || {
+        b.leader().map(drop)
+    });
+
+    // The pause: leaderd first, then everything below it.
+    let paused: Vec<u32> = tree(a.pid());
+    let t0 = Instant::now();
+    for pid in &paused {
+        support::os::kill(*pid, libc::SIGSTOP);
+    }
+    let worker_pid = *paused
+        .iter()
+        .find(|p| cmdline(**p).starts_with(&worker))
+        .expect("a's worker in its tree");
+    support::eventually(Duration::from_secs(20), "b's worker to write", || {
+        last().ends_with("by b").then_some(())
+    });
+    let taken = t0.elapsed();
+    let new = fence();
+    assert!(
+        new.parse::<u64>().unwrap() > old.parse::<u64>().unwrap(),
+        "{old} → {new}"
+    );
+
+    // The old worker runs again before its leaderd: its next write carries
+    // the old token and is refused by the fence.
+    support::os::kill(worker_pid, libc::SIGCONT);
+    let refused = a.wait_log(
+        Duration::from_secs(10),
+        &format!("fencing token {old}: REFUSED"),
+    );
+    let refused_at = t0.elapsed();
+    for pid in &paused {
+        support::os::kill(*pid, libc::SIGCONT);
+    }
+    assert_eq!(fence(), new, "the fence went back");
+    assert!(
+        last().ends_with("by b"),
+        "the old term's write landed: {}",
+        last()
+    );
+    // The old leaderd, resumed, stops its worker and stands by.
+    support::eventually(Duration::from_secs(10), "a to stop its worker", || {
+        (!support::alive(worker_pid as i32)).then_some(())
+    });
+    assert!(!a.is_leader());
+    eprintln!(
+        "paused a (token {old}) at 0; b's worker wrote with token {new} at {taken:?}; \
+         a's worker resumed and was refused at {refused_at:?}: {refused}"
+    );
 }
