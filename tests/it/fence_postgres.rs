@@ -260,3 +260,106 @@ fn the_trigger_refuses_a_write_without_a_token_or_with_an_old_one_also_through_p
     assert!(e.contains("without a fencing token"), "{e}");
     assert_eq!(rows(&pg), "7:new");
 }
+
+/// The VM-pause case with PostgreSQL as both the lease and the resource:
+/// two `leaderd run` candidates whose child is the shell example worker
+/// (`examples/fenced-worker-psql.sh`); the leader's whole tree is stopped
+/// past the TTL, the other takes over and writes; the old worker, let run
+/// first, writes under its old token and the database refuses it.
+#[test]
+fn a_paused_leaders_late_write_is_refused_by_the_database_end_to_end() {
+    let pg = fenced();
+    let url = pg.url("");
+    let key = support::key("fence-pg-e2e");
+    let worker = format!(
+        "{}/examples/fenced-worker-psql.sh",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let psql = support::postgres::bin("psql");
+    let psql = support::path_str(&psql).to_string();
+    let start = |id: &str| {
+        let http = format!("127.0.0.1:{}", support::free_port());
+        let args = [
+            "run",
+            "--id",
+            id,
+            "--http",
+            &http,
+            "--postgres",
+            &url,
+            "--key",
+            &key,
+            "--ttl",
+            "2s",
+            "--",
+            &worker,
+        ];
+        let env = [
+            ("WORKER_DATABASE_URL", url.as_str()),
+            ("PSQL", psql.as_str()),
+        ];
+        support::Leaderd::attach(id, &http, support::spawn_with_env(&args, &env))
+    };
+    let by = |id: &str| {
+        pg.sql(&format!(
+            "SELECT count(*) FROM results WHERE what LIKE '% by {id}'"
+        ))
+        .parse::<u64>()
+        .unwrap_or(0)
+    };
+    let a = start("a");
+    a.wait_leading(Duration::from_secs(15));
+    support::eventually(Duration::from_secs(15), "a's worker to write", || {
+        (by("a") > 0).then_some(())
+    });
+    let old = a.leader().unwrap().1["fencing_token"].as_u64().unwrap();
+    let b = start("b");
+    support::eventually(Duration::from_secs(10), "b to stand by", || {
+        b.leader().map(drop)
+    });
+
+    let paused = support::os::tree(a.pid());
+    let t0 = Instant::now();
+    for pid in &paused {
+        support::os::kill(*pid, libc::SIGSTOP);
+    }
+    let shell = *paused
+        .iter()
+        .find(|p| support::os::cmdline(**p).contains("fenced-worker-psql.sh") && **p != a.pid())
+        .expect("a's worker in its tree");
+    support::eventually(Duration::from_secs(20), "b's worker to write", || {
+        (by("b") > 0).then_some(())
+    });
+    let taken = t0.elapsed();
+    let new = b.leader().unwrap().1["fencing_token"].as_u64().unwrap();
+    assert!(new > old, "{old} → {new}");
+
+    // The old worker (and its sleep) run again before leaderd and its guard.
+    for pid in support::os::tree(shell) {
+        support::os::kill(pid, libc::SIGCONT);
+    }
+    let refused = a.wait_log(Duration::from_secs(10), "REFUSED under fencing token");
+    let refused_at = t0.elapsed();
+    for pid in &paused {
+        support::os::kill(*pid, libc::SIGCONT);
+    }
+    assert!(
+        refused.contains(&format!("fencing token {old} is older than token {new}")),
+        "{refused}"
+    );
+    // No row of the old term after the new term's first.
+    let terms: Vec<u64> = pg
+        .sql("SELECT string_agg(term::text, ',' ORDER BY id) FROM results")
+        .split(',')
+        .map(|t| t.parse().unwrap())
+        .collect();
+    let first_new = terms.iter().position(|t| *t == new).expect("b's rows");
+    assert!(
+        terms[first_new..].iter().all(|t| *t == new),
+        "an old term's row after the new term's: {terms:?}"
+    );
+    eprintln!(
+        "paused a (token {old}) at 0; b's worker wrote with token {new} at {taken:?}; \
+         a's worker resumed and was refused at {refused_at:?}"
+    );
+}

@@ -156,24 +156,6 @@ fn every_fenced_write_refuses_a_deposed_terms_token_naming_both() {
     assert_eq!(token, 9);
 }
 
-/// `pid` and every process below it.
-fn tree(pid: u32) -> Vec<u32> {
-    let mut all = vec![pid];
-    let mut i = 0;
-    while i < all.len() {
-        let below = support::os::children_of(all[i]);
-        all.extend(below.into_iter().map(|p| p as u32));
-        i += 1;
-    }
-    all
-}
-
-fn cmdline(pid: u32) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-        .unwrap_or_default()
-}
-
 /// The VM-pause case, end to end: two `leaderd run` candidates whose child
 /// is the example worker, writing through the fence. The leader's whole
 /// process tree (leaderd, its guard, the worker) is stopped past the TTL;
@@ -212,14 +194,14 @@ fn a_paused_leaders_late_write_is_refused_by_the_store_end_to_end() {
     });
 
     // The pause: leaderd first, then everything below it.
-    let paused: Vec<u32> = tree(a.pid());
+    let paused: Vec<u32> = support::os::tree(a.pid());
     let t0 = Instant::now();
     for pid in &paused {
         support::os::kill(*pid, libc::SIGSTOP);
     }
     let worker_pid = *paused
         .iter()
-        .find(|p| cmdline(**p).starts_with(&worker))
+        .find(|p| support::os::cmdline(**p).starts_with(&worker))
         .expect("a's worker in its tree");
     support::eventually(Duration::from_secs(20), "b's worker to write", || {
         last().ends_with("by b").then_some(())

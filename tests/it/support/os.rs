@@ -23,6 +23,25 @@ pub fn children_of(parent: u32) -> Vec<i32> {
     super::live_processes(|ppid, _| ppid == parent as i32)
 }
 
+/// `pid` and every process below it.
+pub fn tree(pid: u32) -> Vec<u32> {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while i < all.len() {
+        let below = children_of(all[i]);
+        all.extend(below.into_iter().map(|p| p as u32));
+        i += 1;
+    }
+    all
+}
+
+/// Its command line, the arguments joined by spaces.
+pub fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
 /// User + system CPU time of `pid`, in clock ticks.
 pub fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process exists");
