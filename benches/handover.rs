@@ -16,6 +16,8 @@ mod support;
 
 #[path = "handover/clientgo.rs"]
 mod clientgo;
+#[path = "handover/fence.rs"]
+mod fence;
 #[path = "handover/health.rs"]
 mod health;
 #[path = "handover/rollout.rs"]
@@ -724,6 +726,11 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
+    // `BENCH_ONLY=fence`: what the fence costs a write.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("fence") {
+        fence::rows();
+        return;
+    }
     // `BENCH_ONLY=rollout`: the rolling-update table alone.
     if std::env::var("BENCH_ONLY").as_deref() == Ok("rollout") {
         let redis = Redis::start();
@@ -1004,6 +1011,8 @@ fn main() {
         println!();
     }
     clientgo::rows(&exe, &dir);
+    println!();
+    fence::rows();
     println!();
     let size = std::fs::metadata(support::BIN).map_or(0, |m| m.len());
     println!(

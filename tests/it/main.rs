@@ -14,6 +14,7 @@ mod election;
 mod etcd;
 mod failover;
 mod faults;
+mod fence_etcd;
 mod fence_postgres;
 mod fence_redis;
 mod fixtures;
