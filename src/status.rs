@@ -129,6 +129,7 @@ impl Snapshot {
                 leader_id.as_deref(),
             ),
             worker_last_failure: self.worker.as_ref().and_then(|w| w.last_failure.clone()),
+            fence: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -167,6 +168,26 @@ pub struct LeaderView {
     /// found the worker unhealthy (kept after it recovers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worker_last_failure: Option<String>,
+    /// What a worker beside leaderd compares with `fencing_token` to fence
+    /// its writes in the store itself (etcd: `etcd_leader_key`); absent
+    /// where the store has no such compare. The child has the same as
+    /// environment variables.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub fence: std::collections::BTreeMap<String, String>,
+}
+
+/// The `fence` fields of `/leader`, from the child's variables:
+/// `LEADERD_ETCD_LEADER_KEY` is `etcd_leader_key`.
+pub fn fence_fields(
+    exports: &[(&'static str, String)],
+) -> std::collections::BTreeMap<String, String> {
+    exports
+        .iter()
+        .map(|(name, value)| {
+            let field = name.strip_prefix("LEADERD_").unwrap_or(name);
+            (field.to_ascii_lowercase(), value.clone())
+        })
+        .collect()
 }
 
 /// One entry of the `/leader/events` stream: a transition (`from`, `reason`)

@@ -65,13 +65,16 @@ struct Prepared {
 }
 
 async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Failure> {
-    let child = child_spec(config)?;
+    let mut child = child_spec(config)?;
     let health = HealthConfig::of(config)
         .map(|h| Prober::new(&h.probe, h.timeout, &config.child.scrub))
         .transpose()
         .map_err(ConfigError)?;
     let webhooks = webhooks(config, metrics)?;
     let mut backend = backend(config)?;
+    if let Some(child) = &mut child {
+        child.fence = backend.fence_exports();
+    }
     backend
         .preflight()
         .map_err(|e| ConfigError(e.to_string()))?;
@@ -132,6 +135,7 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
                 metrics: metrics.clone(),
                 stop: http_stop.clone(),
                 loopback_only: bound.is_some_and(|a| a.ip().is_loopback()),
+                fence: crate::status::fence_fields(&backend.fence_exports()),
             });
             Some(tokio::spawn(http::serve(listener, app, http_stop.clone())))
         }
@@ -254,6 +258,7 @@ fn child_spec(config: &Config) -> Result<Option<ChildSpec>, Failure> {
         stop_signal: config.child.stop_signal,
         on_exit: config.child.on_exit,
         restart_limit: config.child.restart_limit,
+        fence: Vec::new(),
         scrub: config.child.scrub.clone(),
     }))
 }

@@ -37,6 +37,8 @@ pub struct HttpContext {
     pub stop: CancellationToken,
     /// Only loopback `Host` headers are served.
     pub loopback_only: bool,
+    /// What a worker fences its writes with in the store (`fence`).
+    pub fence: std::collections::BTreeMap<String, String>,
 }
 
 /// The router, testable with `tower::ServiceExt::oneshot`.
@@ -103,6 +105,7 @@ type Ctx = State<Arc<HttpContext>>;
 pub(crate) fn view(s: &HttpContext) -> crate::status::LeaderView {
     let mut view = s.status.borrow().leader_view(&s.id, &s.key, Instant::now());
     view.backend_nodes = s.metrics.last_nodes();
+    view.fence = s.fence.clone();
     view
 }
 
@@ -174,6 +177,10 @@ mod tests {
             metrics: Arc::new(Metrics::new(key)),
             stop: CancellationToken::new(),
             loopback_only: true,
+            fence: crate::status::fence_fields(&[(
+                "LEADERD_ETCD_LEADER_KEY",
+                format!("leaderd/{key}/leader"),
+            )]),
         })
     }
 
@@ -232,6 +239,11 @@ mod tests {
                 json["state"].as_str()
             ),
             (Some("me"), Some(42), Some("working"))
+        );
+        // What the worker compares its token with, named as in its env.
+        assert_eq!(
+            json["fence"]["etcd_leader_key"].as_str(),
+            Some("leaderd/jobs/leader")
         );
     }
 

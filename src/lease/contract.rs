@@ -272,6 +272,15 @@ pub trait LeaseBackend: Send {
         Vec::new()
     }
 
+    /// What a worker compares with its fencing token to fence a write in
+    /// this very store (docs/fencing.md), as environment variables for the
+    /// child and `fence` in `/leader`: etcd's leader key, whose mod
+    /// revision is the token. Fixed for the run; none where the store
+    /// offers no such compare.
+    fn fence_exports(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
     async fn acquire(&mut self) -> Result<Acquire, Error>;
 
     async fn renew(&mut self) -> Result<Renew, Error>;

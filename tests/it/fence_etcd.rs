@@ -3,6 +3,8 @@
 //! acquisition), so a worker's transaction that compares that revision with
 //! `LEADERD_FENCING_TOKEN` commits only while that term stands: refused
 //! after a handover, and after the term expired with no successor yet.
+//! The child has the key as `LEADERD_ETCD_LEADER_KEY`, and `/leader` as
+//! `fence.etcd_leader_key`.
 
 use crate::support;
 
@@ -50,6 +52,7 @@ fn a_transaction_compared_with_the_leader_keys_revision_commits_only_in_its_term
     let etcd = Etcd::start(1);
     let key = support::key("fence-etcd");
     let leader_key = format!("leaderd/{key}/leader");
+    let dir = support::Scratch::new("fence-etcd");
     let run = |id: &str| {
         let mut args = vec![
             "--key".to_string(),
@@ -58,6 +61,13 @@ fn a_transaction_compared_with_the_leader_keys_revision_commits_only_in_its_term
             "2s".into(),
         ];
         args.extend(etcd.args());
+        // The child notes what it would fence its writes with.
+        let note = dir.join(format!("{id}.env"));
+        let script = format!(
+            "echo \"$LEADERD_ETCD_LEADER_KEY $LEADERD_FENCING_TOKEN\" > {}; exec sleep 600",
+            support::path_str(&note)
+        );
+        args.extend(["--", "sh", "-c", &script].map(String::from));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let http = format!("127.0.0.1:{}", support::free_port());
         let mut full = vec!["run", "--id", id, "--http", &http];
@@ -67,6 +77,18 @@ fn a_transaction_compared_with_the_leader_keys_revision_commits_only_in_its_term
     let mut a = run("a");
     a.wait_leading(PATIENCE);
     let t1 = token(&a);
+    let (_, view) = a.leader().unwrap();
+    assert_eq!(
+        view["fence"]["etcd_leader_key"].as_str(),
+        Some(leader_key.as_str()),
+        "{view}"
+    );
+    let noted = support::eventually(PATIENCE, "the child's note", || {
+        std::fs::read_to_string(dir.join("a.env"))
+            .ok()
+            .filter(|t| t.ends_with('\n'))
+    });
+    assert_eq!(noted.trim(), format!("{leader_key} {t1}"));
     assert!(
         fenced_put(&etcd, &leader_key, t1, "by a"),
         "the term's own write"

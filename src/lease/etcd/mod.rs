@@ -275,6 +275,10 @@ impl LeaseBackend for EtcdLease {
         format!("{}, key {}", self.client.shown, self.keys.leader)
     }
 
+    fn fence_exports(&self) -> Vec<(&'static str, String)> {
+        vec![("LEADERD_ETCD_LEADER_KEY", self.keys.leader.clone())]
+    }
+
     fn notes(&self) -> Vec<String> {
         let ms = self.timing.ttl_ms();
         if ms.is_multiple_of(1000) {

@@ -49,6 +49,9 @@ pub struct ChildSpec {
     /// Under `restart`: at most this many restarts within the window, then
     /// [`WorkEvent::CrashLoop`].
     pub restart_limit: Option<(u32, Duration)>,
+    /// Set in the child's environment beside the term's: what it fences
+    /// its writes with in the store (`LeaseBackend::fence_exports`).
+    pub fence: Vec<(&'static str, String)>,
     /// Environment variables taken out of the child's environment (the
     /// store's credentials: every secret option row's).
     pub scrub: Vec<&'static str>,
@@ -295,7 +298,7 @@ impl Supervisor {
 
     /// Starts the child behind the standby guard (or a fresh one).
     fn spawn(&mut self, fencing_token: u64) -> Event {
-        let env_set = [
+        let mut env_set = vec![
             ("LEADERD_ID", self.spec.id.clone()),
             ("LEADERD_KEY", self.spec.key.clone()),
             ("LEADERD_FENCING_TOKEN", fencing_token.to_string()),
@@ -304,6 +307,7 @@ impl Supervisor {
                 self.spec.ttl.as_millis().to_string(),
             ),
         ];
+        env_set.extend(self.spec.fence.iter().cloned());
         let spec = Spec {
             program: &self.spec.program,
             args: &self.spec.args,
