@@ -9,7 +9,7 @@
 use super::support::{self, Leaderd, eventually};
 use super::{PROBE, Stats, kube_requests, max_overlap, mono_ns, ms, rss_kib, starts_after, stats};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 /// client-go's default lease duration, and leaderd's TTL here.
@@ -45,14 +45,15 @@ impl Drop for Candidate {
     }
 }
 
-struct Side {
+struct Side<'a> {
     go: bool,
+    kube: &'a support::kube::Kube,
     exe: String,
     kubeconfig: PathBuf,
     next: usize,
 }
 
-impl Side {
+impl Side<'_> {
     /// A new candidate for the Lease `key`, its id, running the probe when
     /// `probe` is given (an idle candidate elects only).
     fn candidate(&mut self, key: &str, probe: Option<&Path>) -> (String, Candidate) {
@@ -72,20 +73,11 @@ impl Side {
             child = vec!["sleep".into(), "infinity".into()];
         }
         if self.go {
-            let binary = std::env::var("LEADERD_KUBE_ELECTOR")
-                .expect("LEADERD_KUBE_ELECTOR: run scripts/bench");
-            let process = Command::new(binary)
-                .args([
-                    "--kubeconfig",
-                    &config,
-                    "--namespace",
-                    support::kube::NAMESPACE,
-                ])
-                .args(["--lease", &lease, "--id", &id, "--"])
-                .args(&child)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
+            // client-go's defaults: no timing flags.
+            let command: Vec<&str> = child.iter().map(String::as_str).collect();
+            let process = self
+                .kube
+                .elector(&lease, &id, &[], &command)
                 .spawn()
                 .expect("the elector starts");
             return (id, Candidate::ClientGo(process));
@@ -179,6 +171,7 @@ pub(super) fn rows(exe: &str, dir: &Path) {
     for go in [false, true] {
         let mut side = Side {
             go,
+            kube: &kube,
             exe: exe.to_string(),
             kubeconfig: kubeconfig.clone(),
             next: 0,

@@ -57,6 +57,8 @@ fn backend(config: &Config) -> Result<Box<dyn LeaseBackend>, Failure> {
 /// it, so every start-up error `run` can meet, `check` meets first.
 struct Prepared {
     child: Option<ChildSpec>,
+    /// `/leader`'s `fence`: what the backend exports to the child.
+    fence: std::collections::BTreeMap<String, String>,
     webhooks: Option<Webhooks>,
     backend: Box<dyn LeaseBackend>,
     listener: Option<tokio::net::TcpListener>,
@@ -72,8 +74,9 @@ async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Fa
         .map_err(ConfigError)?;
     let webhooks = webhooks(config, metrics)?;
     let mut backend = backend(config)?;
+    let fence = backend.fence_exports();
     if let Some(child) = &mut child {
-        child.fence = backend.fence_exports();
+        child.fence = fence.clone();
     }
     backend
         .preflight()
@@ -93,6 +96,7 @@ async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Fa
     };
     Ok(Prepared {
         child,
+        fence: crate::status::fence_fields(&fence),
         webhooks,
         backend,
         listener,
@@ -110,6 +114,7 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
     let metrics = Arc::new(metrics_for(&config));
     let Prepared {
         child,
+        fence,
         webhooks,
         backend,
         listener,
@@ -135,7 +140,7 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
                 metrics: metrics.clone(),
                 stop: http_stop.clone(),
                 loopback_only: bound.is_some_and(|a| a.ip().is_loopback()),
-                fence: crate::status::fence_fields(&backend.fence_exports()),
+                fence,
             });
             Some(tokio::spawn(http::serve(listener, app, http_stop.clone())))
         }

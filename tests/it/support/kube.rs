@@ -157,6 +157,25 @@ impl Kube {
         self.ok("POST", &format!("{base}/rolebindings"), Some(&binding));
     }
 
+    /// The client-go elector (`tests/k8s/elector`, `LEADERD_KUBE_ELECTOR`)
+    /// as the candidate identity on the first server, for the Lease
+    /// `lease` in the test namespace, with its flags in `extra` (timing,
+    /// `--log`), running `command`; its output dropped.
+    pub fn elector(&self, lease: &str, id: &str, extra: &[&str], command: &[&str]) -> Command {
+        let mut cmd = Command::new(binary("LEADERD_KUBE_ELECTOR"));
+        cmd.arg("--kubeconfig")
+            .arg(self.kubeconfig(CANDIDATE, 0))
+            .args(["--namespace", NAMESPACE, "--lease", lease, "--id", id])
+            .args(extra)
+            .arg("--")
+            .args(command)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd
+    }
+
     /// The CA that signed the API servers' certificates.
     pub fn ca(&self) -> PathBuf {
         self.pki.ca()

@@ -140,14 +140,18 @@ pub fn spawn(args: &[&str]) -> (Child, Arc<Mutex<Vec<String>>>) {
 pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> (Child, Arc<Mutex<Vec<String>>>) {
     let mut cmd = command(args);
     cmd.envs(env.iter().copied());
+    started(cmd)
+}
+
+/// `cmd` started, its stdout dropped and its stderr collected.
+fn started(mut cmd: Command) -> (Child, Arc<Mutex<Vec<String>>>) {
     let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn leaderd");
     let log = Arc::new(Mutex::new(Vec::new()));
-    let err = child.stderr.take().expect("piped");
-    collect_lines(err, &log);
+    collect_lines(child.stderr.take().expect("piped"), &log);
     (child, log)
 }
 
@@ -168,14 +172,7 @@ pub fn spawn_wrapped(
         .envs(plain.get_envs().filter_map(|(k, v)| Some((k, v?))))
         .envs(env.iter().copied())
         .stdin(Stdio::null());
-    let mut child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn leaderd");
-    let log = Arc::new(Mutex::new(Vec::new()));
-    collect_lines(child.stderr.take().expect("piped"), &log);
-    (child, log)
+    started(cmd)
 }
 
 /// Reads `from` line by line into `into` on a thread, then marks the end.
