@@ -877,10 +877,18 @@ impl Scene for KubeScene {
     }
     /// A waiter counts the lease's duration from when it saw the last
     /// renewal: up to the whole of it.
+    /// What is left of the lease: `leaseDurationSeconds` from its last
+    /// renewal (a waiter counts from when it saw that renewal, which is no
+    /// earlier), not from now: a waiter may rightly take over up to a
+    /// renew interval less than a whole duration after the holder's kill.
     fn remaining(&self, key: &str) -> Option<Duration> {
         let lease = self.kube.lease(&lease_name(key))?;
         let secs = lease["spec"]["leaseDurationSeconds"].as_u64().unwrap_or(0);
-        Some(Duration::from_secs(secs))
+        let renewed = humantime::parse_rfc3339(lease["spec"]["renewTime"].as_str()?).ok()?;
+        let since = std::time::SystemTime::now()
+            .duration_since(renewed)
+            .unwrap_or_default();
+        Some(Duration::from_secs(secs).saturating_sub(since))
     }
     /// The API server cannot forget what etcd committed; the nearest is
     /// the Lease gone.
