@@ -6,13 +6,15 @@
 --   redis-cli -x FUNCTION LOAD REPLACE < fence/redis.lua
 --
 -- Every write function takes the fence key first and the data keys after
--- it, and the fencing token as its first argument:
+-- it, and the fencing token as its first argument (before Redis 7:
+-- fence/redis-eval.lua, the same functions for EVAL):
 --
 --   FCALL leaderd_fence_set   2 FENCE KEY   TOKEN VALUE [SET options...]
 --   FCALL leaderd_fence_hset  2 FENCE KEY   TOKEN FIELD VALUE [FIELD VALUE...]
 --   FCALL leaderd_fence_del   N FENCE KEY...  TOKEN
 --   FCALL leaderd_fence_xadd  2 FENCE KEY   TOKEN ID FIELD VALUE [FIELD VALUE...]
 --   FCALL leaderd_fence_call  N FENCE KEY...  TOKEN COMMAND ARG...
+--   FCALL leaderd_fence_raise 1 FENCE         TOKEN    (raise only; the fence's token)
 --   FCALL_RO leaderd_fence_token 1 FENCE      the token the fence holds (0: none)
 --
 -- Atomically: a token older than the fence's is refused with an error
@@ -76,6 +78,12 @@ end))
 
 redis.register_function('leaderd_fence_call', fenced(function(_, args)
     return redis.call(unpack(args, 2))
+end))
+
+-- What leaderd itself calls as a term starts (--fence-redis), so the
+-- fence refuses the old term before the new one's first write.
+redis.register_function('leaderd_fence_raise', fenced(function(keys, _)
+    return tonumber(redis.call('GET', keys[1]))
 end))
 
 redis.register_function{

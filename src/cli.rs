@@ -73,6 +73,10 @@ pub enum Command {
     /// lease and stay out of the election for a while (exit 0 stepping down,
     /// 3 not the leader, 1 unreachable).
     StepDown(StepDownArgs),
+    /// Install the fence in the resources the work writes to, or look at it
+    /// (docs/fencing.md).
+    #[command(subcommand)]
+    Fence(FenceCommand),
     /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
     Completions(CompletionsArgs),
     /// Print the manual page (roff), e.g. `leaderd manpage > leaderd.1`.
@@ -112,6 +116,37 @@ pub struct StepDownArgs {
     /// others are told to let it lead, then the lease is released.
     #[arg(long = "to", value_name = "ID")]
     pub to: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FenceCommand {
+    /// Print the fence for a kind of resource, or install it with --apply
+    /// into the resources --fence-postgres and --fence-redis name.
+    Install(FenceInstallArgs),
+    /// Tell whether each resource --fence-postgres and --fence-redis name is
+    /// fenced, and with what token (exit 0 fenced, 3 not, 1 unreachable).
+    Check(FenceCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FenceInstallArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// What to print: postgres (SQL), redis (a function library, Redis 7 and
+    /// Valkey) or redis-eval (the same for EVAL, older Redis); with
+    /// --apply, the only kind to install.
+    #[arg(value_enum, value_name = "KIND")]
+    pub kind: Option<crate::fence::Kind>,
+    /// Install into the configured resources instead of printing (as a
+    /// role that may create a table and functions, or FUNCTION LOAD).
+    #[arg(long)]
+    pub apply: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct FenceCheckArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
 }
 
 #[derive(Debug, Args)]

@@ -18,6 +18,8 @@
 //! - [`health`]: the worker's health check, a driver whose verdicts the
 //!   runner feeds to the machine (health gating); [`priority`]: the
 //!   candidates' ranks the registry carries.
+//! - [`fence`]: the shipped fences for the resources the work writes to
+//!   (`leaderd fence`), raised by `run` as each term starts.
 //! - [`private`]: local paths no other user can plant or swap (the lock
 //!   file, the admin socket).
 //! - [`status`]: the snapshot the runner publishes; [`http`] serves it, with
@@ -30,6 +32,7 @@ pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod fence;
 pub mod health;
 pub mod http;
 pub mod lease;
@@ -55,6 +58,7 @@ pub fn catalog() -> config::Catalog {
             &priority::FEATURE,
             &work::webhook::FEATURE,
             &health::FEATURE,
+            &fence::FEATURE,
             &admin::FEATURE,
         ],
     }

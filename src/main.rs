@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use leaderd::app::{self, Failure};
-use leaderd::cli::{Cli, Command, ConfigArgs};
+use leaderd::cli::{Cli, Command, ConfigArgs, FenceCommand};
 use leaderd::config::Config;
 use leaderd::{reference, shutdown, telemetry};
 use std::io::Write;
@@ -70,13 +70,20 @@ fn main() -> ExitCode {
     }
 }
 
-/// `status`, `check`, `step-down`, `completions`, `manpage`.
+/// `status`, `check`, `step-down`, `fence`, `completions`, `manpage`.
 fn other_command(cli: Cli, caught: Option<shutdown::Caught>) -> ExitCode {
     let (args, command): (&ConfigArgs, &[String]) = match &cli.command {
         Command::Run(_) => unreachable!("`run` is main's"),
         Command::Status(status) => (&status.config, &[]),
         Command::Check(check) => (&check.config, &check.command),
         Command::StepDown(step) => (&step.config, &[]),
+        // Printing the shipped text needs no configuration, so nothing in
+        // one can stand in its way.
+        Command::Fence(FenceCommand::Install(i)) if !i.apply && i.kind.is_some() => {
+            return app::fence::print_fence(i.kind.expect("just checked"));
+        }
+        Command::Fence(FenceCommand::Install(i)) => (&i.config, &[]),
+        Command::Fence(FenceCommand::Check(c)) => (&c.config, &[]),
         Command::Completions(c) => return reference::completions(c.shell),
         Command::Manpage(m) => return reference::manpage(m.dir.as_deref()),
     };
@@ -102,6 +109,10 @@ fn other_command(cli: Cli, caught: Option<shutdown::Caught>) -> ExitCode {
                 Command::Check(c) if c.offline => app::check_offline(config),
                 Command::Check(_) => app::check(config).await,
                 Command::StepDown(s) => app::step_down(config, s.hold.as_deref(), s.to.as_deref()),
+                Command::Fence(FenceCommand::Install(i)) => {
+                    app::fence::install(config, i.kind, i.apply).await
+                }
+                Command::Fence(FenceCommand::Check(_)) => app::fence::check(config).await,
                 Command::Run(_) | Command::Completions(_) | Command::Manpage(_) => {
                     unreachable!("answered before the config is loaded")
                 }

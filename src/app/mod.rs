@@ -1,6 +1,7 @@
 //! The three commands (`run`, `status`, `check`) wired from their parts, and
 //! the mapping of their outcomes to exit codes (PRODUCT §1).
 
+pub mod fence;
 mod live;
 mod status;
 
@@ -74,7 +75,10 @@ async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Fa
         .map_err(ConfigError)?;
     let webhooks = webhooks(config, metrics)?;
     let mut backend = backend(config)?;
-    let fence = backend.fence_exports();
+    let mut fence = backend.fence_exports();
+    if let Some(fenced) = crate::fence::FenceConfig::of(config) {
+        fence.extend(fenced.exports());
+    }
     if let Some(child) = &mut child {
         child.fence = fence.clone();
     }
@@ -314,6 +318,9 @@ pub async fn check(config: Config) -> Result<ExitCode, Failure> {
     );
     for line in backend.self_check().await.map_err(Failure::Backend)? {
         println!("# ok: {line}");
+    }
+    for line in fence::check_lines(&config).await? {
+        println!("{line}");
     }
     if let (Some(prober), Some(h)) = (health, HealthConfig::of(&config)) {
         let checks_child = h.target == crate::health::Checked::Child;

@@ -33,7 +33,7 @@ pub mod etcd;
 pub mod file;
 pub mod kubernetes;
 pub mod options;
-mod pem;
+pub(crate) mod pem;
 pub mod postgres;
 pub mod redis;
 pub mod redlock;

@@ -66,7 +66,8 @@ pub async fn run(
         retry: config.timing.retry_interval,
         stop: stop_watching.clone(),
     });
-    let (ops, answers, worker) = worker::spawn(backend, outputs.metrics.clone());
+    let fence = crate::fence::FenceConfig::of(config).cloned();
+    let (ops, answers, worker) = worker::spawn(backend, fence, outputs.metrics.clone());
     let mut channels = Channels {
         answers,
         notices,

@@ -2,6 +2,7 @@
 //! of their own, so a slow store never blocks timers, signals or the work;
 //! their answers come back on channels, with each one's metrics recorded.
 
+use crate::fence::FenceConfig;
 use crate::lease::registry::Record;
 use crate::lease::{self, Acquire, LeaseBackend, Renew};
 use crate::metrics::Metrics;
@@ -40,12 +41,14 @@ pub(super) struct Answers {
 /// backend.
 pub(super) fn spawn(
     backend: Box<dyn LeaseBackend>,
+    fence: Option<FenceConfig>,
     metrics: Arc<Metrics>,
 ) -> (mpsc::UnboundedSender<Op>, Answers, JoinHandle<()>) {
     let (ops, op_rx) = mpsc::unbounded_channel();
     let (report_tx, reports) = mpsc::unbounded_channel();
     let (registered_tx, registered) = mpsc::unbounded_channel();
-    let task = tokio::spawn(work(backend, op_rx, report_tx, registered_tx, metrics));
+    let lease = Lease { backend, fence };
+    let task = tokio::spawn(work(lease, op_rx, report_tx, registered_tx, metrics));
     let answers = Answers {
         reports,
         registered,
@@ -53,54 +56,88 @@ pub(super) fn spawn(
     (ops, answers, task)
 }
 
+/// The backend, and the fence raised as each term starts.
+struct Lease {
+    backend: Box<dyn LeaseBackend>,
+    fence: Option<FenceConfig>,
+}
+
+impl Lease {
+    /// Acquires, then raises the fence (if any) to the new term's token
+    /// before the machine hears of the term. A term whose fence cannot be
+    /// raised is given back and reported as the fence's error: its work
+    /// never starts unfenced, and the machine retries as for any failed
+    /// acquisition (slowly, when a person must act).
+    async fn acquire(&mut self) -> Result<Acquire, lease::Error> {
+        let won = self.backend.acquire().await?;
+        let (Acquire::Won { fencing_token, .. }, Some(fence)) = (&won, &self.fence) else {
+            return Ok(won);
+        };
+        match fence.raise(*fencing_token).await {
+            Ok(()) => {
+                tracing::debug!(fencing_token, "fence raised");
+                Ok(won)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot raise the fence for the new term; giving the lease back, so that no work runs unfenced");
+                if let Err(released) = self.backend.release().await {
+                    tracing::debug!(error = %released, "could not give the lease back; it lapses at its TTL");
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
 async fn work(
-    mut backend: Box<dyn LeaseBackend>,
+    lease: Lease,
     mut ops: mpsc::UnboundedReceiver<Op>,
     reports: mpsc::UnboundedSender<Report>,
     registered: mpsc::UnboundedSender<Registered>,
     metrics: Arc<Metrics>,
 ) {
+    let mut lease = lease;
     while let Some(op) = ops.recv().await {
         let started = Instant::now();
         let report = match op {
-            Op::Acquire => Report::Acquire(backend.acquire().await),
-            Op::Renew => Report::Renew(backend.renew().await),
+            Op::Acquire => Report::Acquire(lease.acquire().await),
+            Op::Renew => Report::Renew(lease.backend.renew().await),
             Op::Register(me) => {
-                let result = backend.register(Some(&me)).await;
+                let result = lease.backend.register(Some(&me)).await;
                 let outcome = result.as_ref().map_or_else(lease::Error::label, |_| "ok");
                 metrics.lease_op("register", outcome, started.elapsed());
-                metrics.backend_nodes(backend.nodes());
+                metrics.backend_nodes(lease.backend.nodes());
                 if registered.send(result).is_err() {
                     break;
                 }
                 continue;
             }
             Op::StepAside => {
-                if let Err(e) = backend.step_aside().await {
+                if let Err(e) = lease.backend.step_aside().await {
                     tracing::debug!(error = %e, "could not step aside; the lease may go to this candidate");
                 }
                 continue;
             }
             Op::Release => {
-                let mut result = backend.release().await;
+                let mut result = lease.backend.release().await;
                 if result.as_ref().is_err_and(lease::Error::is_transient) {
                     // One more try: a release that lands spares the others a
                     // wait of a whole TTL.
-                    result = backend.release().await;
+                    result = lease.backend.release().await;
                 }
                 Report::Release(result)
             }
         };
         let (name, result) = report.outcome();
         metrics.lease_op(name, result, started.elapsed());
-        metrics.backend_nodes(backend.nodes());
+        metrics.backend_nodes(lease.backend.nodes());
         if reports.send(report).is_err() {
             break;
         }
     }
     // Off the registry, so the others do not list us for another TTL.
-    let _ = backend.register(None).await;
-    backend.close().await;
+    let _ = lease.backend.register(None).await;
+    lease.backend.close().await;
 }
 
 impl Report {

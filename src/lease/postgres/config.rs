@@ -25,6 +25,21 @@ pub struct PgConfig {
     pub tls: PgTls,
 }
 
+impl PgConfig {
+    /// A connection's settings only, for a database that is not the lease
+    /// store (a fenced resource): the lease's own settings at their defaults.
+    pub(crate) fn connection(url: PgUrl, tls: PgTls, timeout: Duration) -> PgConfig {
+        PgConfig {
+            url,
+            table: parse_table("leaderd_lease").expect("a valid table name"),
+            timeout,
+            mode: PgMode::Table,
+            create_table: false,
+            tls,
+        }
+    }
+}
+
 /// How the lease is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PgMode {
@@ -382,7 +397,7 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
         create.value.to_string(),
         &create.origin,
     );
-    let tls = tls(x, &url)?;
+    let tls = resolve_tls(x, &url)?;
     Ok(Backend::new(PgConfig {
         url: url.value,
         table: table.value,
@@ -394,7 +409,7 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
 }
 
 /// Reads the URL's TLS files now, so a wrong path fails at start-up.
-fn tls(x: &mut Resolving<'_>, url: &Value<PgUrl>) -> Result<PgTls, ConfigError> {
+pub(crate) fn resolve_tls(x: &mut Resolving<'_>, url: &Value<PgUrl>) -> Result<PgTls, ConfigError> {
     let u = &url.value;
     let origin = &url.origin;
     let read = |param: &str, path: &str| {

@@ -15,7 +15,7 @@
 mod advisory;
 mod check;
 pub mod config;
-mod session;
+pub(crate) mod session;
 mod sql;
 mod tls;
 mod wake;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio_postgres::Client;
 
 /// tokio-postgres's connection, over rustls (or plain text).
-pub(super) type Conn = tokio_postgres::Connection<
+pub(crate) type Conn = tokio_postgres::Connection<
     tokio_postgres::Socket,
     <tokio_postgres_rustls::MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
         tokio_postgres::Socket,
@@ -17,7 +17,7 @@ pub(super) type Conn = tokio_postgres::Connection<
 >;
 
 /// Opens a connection (TLS as configured), bounded by the timeout per host.
-pub(super) async fn connect(pg: &PgConfig, shown: &str) -> Result<(Client, Conn), Error> {
+pub(crate) async fn connect(pg: &PgConfig, shown: &str) -> Result<(Client, Conn), Error> {
     let (connector, sslmode) = tls::connector(&pg.tls).map_err(|detail| Error::Tls {
         backend: shown.to_string(),
         detail,
