@@ -13,7 +13,7 @@ set -eu
 : "${WORKER_DATABASE_URL:?set WORKER_DATABASE_URL to the database the work writes to}"
 : "${LEADERD_FENCING_TOKEN:?run me as the child of leaderd run}"
 psql=${PSQL:-psql}
-key=${LEADERD_KEY:-jobs}
+key=${LEADERD_FENCE_KEY:-${LEADERD_KEY:-jobs}}
 id=${LEADERD_ID:-worker}
 job=0
 trap 'echo "worker $id: stopping after $job jobs"; exit 0' TERM INT

@@ -151,6 +151,10 @@ async fn ask(client: &reqwest::Client, url: &str) -> Result<(bool, Option<u64>, 
 
 struct Store {
     connection: redis::aio::MultiplexedConnection,
+    /// The fence's key: leaderd's when it raises the fence itself
+    /// (`--fence-redis`, `LEADERD_FENCE_KEY`), else the demo's. In a
+    /// cluster it must share the data key's hash tag.
+    fence: String,
 }
 
 impl Store {
@@ -160,7 +164,11 @@ impl Store {
             client.get_multiplexed_async_connection().await
         };
         match connect.await {
-            Ok(connection) => Store { connection },
+            Ok(connection) => Store {
+                connection,
+                fence: std::env::var("LEADERD_FENCE_KEY")
+                    .unwrap_or_else(|_| "demo:{results}:fence".into()),
+            },
             Err(e) => {
                 eprintln!("worker: cannot connect to WORKER_REDIS_URL: {e}");
                 std::process::exit(1);
@@ -174,7 +182,7 @@ impl Store {
         let mut call = redis::cmd("FCALL");
         call.arg("leaderd_fence_set")
             .arg(2)
-            .arg("demo:{results}:fence")
+            .arg(&self.fence)
             .arg("demo:{results}:last")
             .arg(token)
             .arg(result);

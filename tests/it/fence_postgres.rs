@@ -268,15 +268,27 @@ fn the_trigger_refuses_a_write_without_a_token_or_with_an_old_one_also_through_p
 /// first, writes under its old token and the database refuses it.
 #[test]
 fn a_paused_leaders_late_write_is_refused_by_the_database_end_to_end() {
-    let pg = fenced();
-    let url = pg.url("");
-    let key = support::key("fence-pg-e2e");
     let worker = format!(
         "{}/examples/fenced-worker-psql.sh",
         env!("CARGO_MANIFEST_DIR")
     );
     let psql = support::postgres::bin("psql");
-    let psql = support::path_str(&psql).to_string();
+    paused_leader_refused(&worker, &[("PSQL", support::path_str(&psql))]);
+}
+
+/// The same with the Rust example worker (`examples/fenced-worker-postgres.rs`).
+#[test]
+fn a_paused_rust_workers_late_write_is_refused_by_the_database_end_to_end() {
+    paused_leader_refused(&support::example("fenced-worker-postgres"), &[]);
+}
+
+/// Two candidates on PostgreSQL (lease and resource) whose child is
+/// `worker`; the leader's tree paused past the TTL, the other takes over
+/// and writes, then the old worker resumes first and is refused.
+fn paused_leader_refused(worker: &str, extra_env: &[(&str, &str)]) {
+    let pg = fenced();
+    let url = pg.url("");
+    let key = support::key("fence-pg-e2e");
     let start = |id: &str| {
         let http = format!("127.0.0.1:{}", support::free_port());
         let args = [
@@ -292,12 +304,10 @@ fn a_paused_leaders_late_write_is_refused_by_the_database_end_to_end() {
             "--ttl",
             "2s",
             "--",
-            &worker,
+            worker,
         ];
-        let env = [
-            ("WORKER_DATABASE_URL", url.as_str()),
-            ("PSQL", psql.as_str()),
-        ];
+        let mut env = vec![("WORKER_DATABASE_URL", url.as_str())];
+        env.extend_from_slice(extra_env);
         support::Leaderd::attach(id, &http, support::spawn_with_env(&args, &env))
     };
     let by = |id: &str| {
@@ -325,7 +335,7 @@ fn a_paused_leaders_late_write_is_refused_by_the_database_end_to_end() {
     }
     let shell = *paused
         .iter()
-        .find(|p| support::os::cmdline(**p).contains("fenced-worker-psql.sh") && **p != a.pid())
+        .find(|p| support::os::cmdline(**p).contains("fenced-worker") && **p != a.pid())
         .expect("a's worker in its tree");
     support::eventually(Duration::from_secs(20), "b's worker to write", || {
         (by("b") > 0).then_some(())
