@@ -180,6 +180,10 @@ fn no_secret_row_reaches_the_child_or_the_health_command() {
     }
     let redis = Redis::start();
     let pg = support::postgres::Postgres::start();
+    // A fenced resource's URL is a secret row too: both servers fenced, so
+    // that a run given one leads.
+    pg.sql(include_str!("../../fence/postgres.sql"));
+    redis.cmd(&["FUNCTION", "LOAD", include_str!("../../fence/redis.lua")]);
     let dir = support::Scratch::new(&format!("secret-rows-{}", support::os::below(1 << 30)));
     for spec in secret {
         let Some(var) = spec.env else { continue };
@@ -187,7 +191,18 @@ fn no_secret_row_reaches_the_child_or_the_health_command() {
             .backends
             .iter()
             .find(|d| d.selectors.iter().any(|s| s.id == spec.id));
+        let lock_file = || {
+            vec![
+                "--lock-file".to_string(),
+                support::path_str(&dir.join("k.lock")).to_string(),
+            ]
+        };
         let (backend, value): (Vec<String>, String) = match chooses.map(|d| d.name) {
+            // A URL of a feature's (the fence's resources) reaches its server.
+            None if spec.value_name == "URL" && var.contains("POSTGRES") => {
+                (lock_file(), pg.url(""))
+            }
+            None if spec.value_name == "URL" && var.contains("REDIS") => (lock_file(), redis.url()),
             None => (
                 vec![
                     "--lock-file".into(),
