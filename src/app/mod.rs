@@ -54,12 +54,21 @@ fn backend(config: &Config) -> Result<Box<dyn LeaseBackend>, Failure> {
     lease::open(config).map_err(|e| Failure::Config(ConfigError(e.to_string())))
 }
 
+/// The sending and receiving ends of the backend's per-term exports.
+type TermExports = (
+    watch::Sender<Vec<(&'static str, String)>>,
+    watch::Receiver<Vec<(&'static str, String)>>,
+);
+
 /// What `run` builds before it campaigns. `check` builds the same and drops
 /// it, so every start-up error `run` can meet, `check` meets first.
 struct Prepared {
     child: Option<ChildSpec>,
     /// `/leader`'s `fence`: what the backend exports to the child.
     fence: std::collections::BTreeMap<String, String>,
+    /// The backend's exports for each term: the runner sets them, the
+    /// child and `/leader` read them.
+    term_exports: TermExports,
     webhooks: Option<Webhooks>,
     backend: Box<dyn LeaseBackend>,
     listener: Option<tokio::net::TcpListener>,
@@ -75,11 +84,13 @@ async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Fa
         .map_err(ConfigError)?;
     let webhooks = webhooks(config, metrics)?;
     let mut backend = backend(config)?;
+    let term_exports = watch::channel(Vec::new());
     let mut fence = backend.fence_exports();
     if let Some(fenced) = crate::fence::FenceConfig::of(config) {
         fence.extend(fenced.exports());
     }
     if let Some(child) = &mut child {
+        child.term_exports = term_exports.1.clone();
         child.fence = fence.clone();
     }
     backend
@@ -101,6 +112,7 @@ async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Fa
     Ok(Prepared {
         child,
         fence: crate::status::fence_fields(&fence),
+        term_exports,
         webhooks,
         backend,
         listener,
@@ -119,6 +131,7 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
     let Prepared {
         child,
         fence,
+        term_exports: (term_exports, term_fence),
         webhooks,
         backend,
         listener,
@@ -145,6 +158,7 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
                 stop: http_stop.clone(),
                 loopback_only: bound.is_some_and(|a| a.ip().is_loopback()),
                 fence,
+                term_fence,
             });
             Some(tokio::spawn(http::serve(listener, app, http_stop.clone())))
         }
@@ -164,6 +178,7 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
         status: status_tx,
         changes,
         metrics,
+        term_exports,
     };
     let (admin_tx, admin_rx) = tokio::sync::mpsc::unbounded_channel();
     let admin_server = admin.map(|(listener, path)| {
@@ -268,6 +283,7 @@ fn child_spec(config: &Config) -> Result<Option<ChildSpec>, Failure> {
         on_exit: config.child.on_exit,
         restart_limit: config.child.restart_limit,
         fence: Vec::new(),
+        term_exports: watch::channel(Vec::new()).1,
         scrub: config.child.scrub.clone(),
     }))
 }

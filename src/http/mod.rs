@@ -39,6 +39,9 @@ pub struct HttpContext {
     pub loopback_only: bool,
     /// What a worker fences its writes with in the store (`fence`).
     pub fence: std::collections::BTreeMap<String, String>,
+    /// The same for the current term only, shown while this candidate
+    /// leads (`LeaseBackend::term_exports`).
+    pub term_fence: watch::Receiver<Vec<(&'static str, String)>>,
 }
 
 /// The router, testable with `tower::ServiceExt::oneshot`.
@@ -106,6 +109,10 @@ pub(crate) fn view(s: &HttpContext) -> crate::status::LeaderView {
     let mut view = s.status.borrow().leader_view(&s.id, &s.key, Instant::now());
     view.backend_nodes = s.metrics.last_nodes();
     view.fence = s.fence.clone();
+    if view.is_leader {
+        view.fence
+            .extend(crate::status::fence_fields(&s.term_fence.borrow()));
+    }
     view
 }
 
@@ -181,6 +188,12 @@ mod tests {
                 "LEADERD_ETCD_LEADER_KEY",
                 format!("leaderd/{key}/leader"),
             )]),
+            // Never closed: a sender dropped keeps the last value.
+            term_fence: watch::channel(vec![(
+                "LEADERD_ZOOKEEPER_FENCE_NODE",
+                format!("/leaderd/{key}/c-n-0000000007"),
+            )])
+            .1,
         })
     }
 
@@ -245,6 +258,11 @@ mod tests {
             json["fence"]["etcd_leader_key"].as_str(),
             Some("leaderd/jobs/leader")
         );
+        // The term's own, shown while leading.
+        assert_eq!(
+            json["fence"]["zookeeper_fence_node"].as_str(),
+            Some("/leaderd/jobs/c-n-0000000007")
+        );
     }
 
     #[tokio::test]
@@ -256,6 +274,8 @@ mod tests {
             body.contains("\"is_leader\":false") && body.contains("\"leader\":null"),
             "{body}"
         );
+        // A term's exports are not a standby's.
+        assert!(!body.contains("zookeeper_fence_node"), "{body}");
     }
 
     #[tokio::test]

@@ -281,6 +281,16 @@ pub trait LeaseBackend: Send {
         Vec::new()
     }
 
+    /// What a worker compares against in the term the last `Won` began,
+    /// and in no other: ZooKeeper's leader's queue node, which exists
+    /// exactly as long as this candidate's place at the head of the queue.
+    /// Read after each `Won`; the child has them beside
+    /// [`LeaseBackend::fence_exports`], and `/leader` shows them while this
+    /// candidate leads.
+    fn term_exports(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
     async fn acquire(&mut self) -> Result<Acquire, Error>;
 
     async fn renew(&mut self) -> Result<Renew, Error>;

@@ -99,6 +99,7 @@ impl<'c> Runner<'c> {
             status,
             changes,
             metrics,
+            term_exports: _,
         } = outputs;
         let (health, gate) = match (HealthConfig::of(config), prober) {
             (Some(c), Some(prober)) => {

@@ -33,6 +33,11 @@ pub struct Outputs {
     pub status: watch::Sender<Snapshot>,
     pub changes: Changes,
     pub metrics: Arc<Metrics>,
+    /// The backend's exports for the term just won
+    /// ([`crate::lease::LeaseBackend::term_exports`]), set before the
+    /// machine hears of the term, so the child and `/leader` read this
+    /// term's.
+    pub term_exports: watch::Sender<Vec<(&'static str, String)>>,
 }
 
 /// What the runner listens to besides the lease and its timers.
@@ -67,7 +72,12 @@ pub async fn run(
         stop: stop_watching.clone(),
     });
     let fence = crate::fence::FenceConfig::of(config).cloned();
-    let (ops, answers, worker) = worker::spawn(backend, fence, outputs.metrics.clone());
+    let lease = worker::Lease {
+        backend,
+        fence,
+        term_exports: outputs.term_exports.clone(),
+    };
+    let (ops, answers, worker) = worker::spawn(lease, outputs.metrics.clone());
     let mut channels = Channels {
         answers,
         notices,

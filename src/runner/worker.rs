@@ -7,7 +7,7 @@ use crate::lease::registry::Record;
 use crate::lease::{self, Acquire, LeaseBackend, Renew};
 use crate::metrics::Metrics;
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -40,14 +40,12 @@ pub(super) struct Answers {
 /// empty, after taking this candidate off the registry and closing the
 /// backend.
 pub(super) fn spawn(
-    backend: Box<dyn LeaseBackend>,
-    fence: Option<FenceConfig>,
+    lease: Lease,
     metrics: Arc<Metrics>,
 ) -> (mpsc::UnboundedSender<Op>, Answers, JoinHandle<()>) {
     let (ops, op_rx) = mpsc::unbounded_channel();
     let (report_tx, reports) = mpsc::unbounded_channel();
     let (registered_tx, registered) = mpsc::unbounded_channel();
-    let lease = Lease { backend, fence };
     let task = tokio::spawn(work(lease, op_rx, report_tx, registered_tx, metrics));
     let answers = Answers {
         reports,
@@ -56,10 +54,12 @@ pub(super) fn spawn(
     (ops, answers, task)
 }
 
-/// The backend, and the fence raised as each term starts.
-struct Lease {
-    backend: Box<dyn LeaseBackend>,
-    fence: Option<FenceConfig>,
+/// The backend, the fence raised as each term starts, and where the
+/// term's exports go.
+pub(super) struct Lease {
+    pub(super) backend: Box<dyn LeaseBackend>,
+    pub(super) fence: Option<FenceConfig>,
+    pub(super) term_exports: watch::Sender<Vec<(&'static str, String)>>,
 }
 
 impl Lease {
@@ -70,12 +70,19 @@ impl Lease {
     /// acquisition (slowly, when a person must act).
     async fn acquire(&mut self) -> Result<Acquire, lease::Error> {
         let won = self.backend.acquire().await?;
-        let (Acquire::Won { fencing_token, .. }, Some(fence)) = (&won, &self.fence) else {
+        let Acquire::Won { fencing_token, .. } = &won else {
             return Ok(won);
         };
-        match fence.raise(*fencing_token).await {
+        let raised = match &self.fence {
+            Some(fence) => fence.raise(*fencing_token).await,
+            None => Ok(()),
+        };
+        match raised {
             Ok(()) => {
-                tracing::debug!(fencing_token, "fence raised");
+                if self.fence.is_some() {
+                    tracing::debug!(fencing_token, "fence raised");
+                }
+                self.term_exports.send_replace(self.backend.term_exports());
                 Ok(won)
             }
             Err(e) => {

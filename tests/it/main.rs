@@ -19,6 +19,7 @@ mod fence_etcd;
 mod fence_postgres;
 mod fence_redis;
 mod fence_run;
+mod fence_zookeeper;
 mod fixtures;
 mod health;
 mod http;

@@ -195,6 +195,21 @@ impl LeaseBackend for ZkLease {
         )
     }
 
+    /// The leader's queue node (inside the connect string's chroot): it
+    /// exists from before this term began until its holder leaves the
+    /// queue — release, expiry, or a deletion that ends the term — and no
+    /// one else can lead while it exists (they queue behind it), while a
+    /// new leader's is another node. So a worker's `multi(check(NODE, -1),
+    /// write…)` commits only while this candidate is still first in line
+    /// (docs/fencing.md). The lease node cannot serve: a new leader's is
+    /// the same path, at the same version.
+    fn term_exports(&self) -> Vec<(&'static str, String)> {
+        self.queued
+            .iter()
+            .map(|q| ("LEADERD_ZOOKEEPER_FENCE_NODE", format!("{}/{q}", self.base)))
+            .collect()
+    }
+
     async fn acquire(&mut self) -> Result<Acquire, Error> {
         let sent_at = Instant::now();
         // Whatever we held before is over: an acquisition is a new term.

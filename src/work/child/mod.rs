@@ -52,6 +52,9 @@ pub struct ChildSpec {
     /// Set in the child's environment beside the term's: what it fences
     /// its writes with in the store (`LeaseBackend::fence_exports`).
     pub fence: Vec<(&'static str, String)>,
+    /// The same for the term being started, read as it starts
+    /// (`LeaseBackend::term_exports`).
+    pub term_exports: tokio::sync::watch::Receiver<Vec<(&'static str, String)>>,
     /// Environment variables taken out of the child's environment (the
     /// store's credentials: every secret option row's).
     pub scrub: Vec<&'static str>,
@@ -308,6 +311,7 @@ impl Supervisor {
             ),
         ];
         env_set.extend(self.spec.fence.iter().cloned());
+        env_set.extend(self.spec.term_exports.borrow().iter().cloned());
         let spec = Spec {
             program: &self.spec.program,
             args: &self.spec.args,
