@@ -13,11 +13,11 @@ use std::path::PathBuf;
 pub const EXIT_CODES: &[(&str, &str)] = &[
     (
         "0",
-        "clean shutdown after SIGTERM/SIGINT, the lease released; `status`: the lease is held; `step-down`: the leader is stepping down",
+        "clean shutdown after SIGTERM/SIGINT, the lease released; `status`: the lease is held; `step-down`: the leader is stepping down; `fence check`: every resource is fenced",
     ),
     (
         "1",
-        "fatal runtime error; `status`/`check`: the backend is unreachable; `step-down`: the admin socket is unreachable",
+        "fatal runtime error; `status`/`check`: the backend is unreachable; `step-down`: the admin socket is unreachable; `fence`: a fenced resource is unreachable",
     ),
     (
         "2",
@@ -25,7 +25,7 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ),
     (
         "3",
-        "`status`: the lease is vacant; `step-down`: this instance does not lead",
+        "`status`: the lease is vacant; `step-down`: this instance does not lead; `fence check`: a resource is not fenced",
     ),
     (
         "75",
