@@ -728,7 +728,8 @@ fn main() {
     }
     // `BENCH_ONLY=fence`: what the fence costs a write.
     if std::env::var("BENCH_ONLY").as_deref() == Ok("fence") {
-        fence::rows();
+        fence::rows(&exe, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
         return;
     }
     // `BENCH_ONLY=rollout`: the rolling-update table alone.
@@ -1012,7 +1013,7 @@ fn main() {
     }
     clientgo::rows(&exe, &dir);
     println!();
-    fence::rows();
+    fence::rows(&exe, &dir);
     println!();
     let size = std::fs::metadata(support::BIN).map_or(0, |m| m.len());
     println!(

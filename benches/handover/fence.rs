@@ -3,7 +3,8 @@
 //! the same write behind the fence. PostgreSQL: `BEGIN; INSERT; COMMIT`
 //! against `BEGIN; SELECT leaderd_fence_check(..); INSERT; COMMIT`, as one
 //! simple-query batch. Redis: `SET` against `FCALL leaderd_fence_set`.
-//! `BENCH_ONLY=fence`.
+//! And what leaderd's own raise (`--fence-redis`, `--fence-postgres`) adds
+//! to a graceful handover. `BENCH_ONLY=fence`.
 
 use super::support;
 use std::time::Instant;
@@ -90,7 +91,47 @@ fn redis(n: usize) -> ((f64, f64), (f64, f64)) {
     (plain, fenced)
 }
 
-pub(super) fn rows() {
+/// Graceful handovers among three candidates on Redis, without a fence and
+/// with leaderd raising one in Redis (the lease's server) or PostgreSQL.
+fn handovers(exe: &str, dir: &std::path::Path) {
+    println!();
+    println!(
+        "| graceful handover, K = 3 on Redis (SIGTERM → next child running) | median | max | n |"
+    );
+    println!("|---|---|---|---|");
+    let pg = support::postgres::Postgres::start();
+    pg.sql(SQL);
+    let pg_url = pg.url("");
+    for (i, fence) in ["none", "--fence-redis", "--fence-postgres"]
+        .into_iter()
+        .enumerate()
+    {
+        let mut bench = super::Bench {
+            redis: support::Redis::start(),
+            more: Vec::new(),
+            silent: Vec::new(),
+            exe: exe.to_string(),
+            dir: dir.to_path_buf(),
+            next_id: 5000 + i * 100,
+            extra: Vec::new(),
+            pg: None,
+            etcd: None,
+            zk: None,
+            kube: None,
+        };
+        bench.redis.cmd(&["FUNCTION", "LOAD", LUA]);
+        bench.extra = match fence {
+            "--fence-redis" => vec![fence.into(), bench.redis.url()],
+            "--fence-postgres" => vec![fence.into(), pg_url.clone()],
+            _ => Vec::new(),
+        };
+        let (s, overlap) = bench.handovers_on(&format!("fenced-{i}"), 3, 15);
+        assert!(overlap <= 1, "{overlap} children alive at once");
+        super::row(&format!("fence raised by leaderd: {fence}"), &s);
+    }
+}
+
+pub(super) fn rows(exe: &str, dir: &std::path::Path) {
     println!(
         "# what the fence costs a write, one connection, one round trip per write ({} cores)",
         super::num_cpus()
@@ -110,4 +151,5 @@ pub(super) fn rows() {
             f50 - p50
         );
     }
+    handovers(exe, dir);
 }
