@@ -124,7 +124,8 @@ pub enum FenceCommand {
     /// into the resources --fence-postgres and --fence-redis name.
     Install(FenceInstallArgs),
     /// Tell whether each resource --fence-postgres and --fence-redis name is
-    /// fenced, and with what token (exit 0 fenced, 3 not, 1 unreachable).
+    /// fenced, and with what token (exit 0 fenced, 3 not, 1 unreachable, 2
+    /// refused credentials or TLS).
     Check(FenceCheckArgs),
 }
 

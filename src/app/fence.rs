@@ -56,7 +56,8 @@ pub async fn install(config: Config, kind: Option<Kind>, apply: bool) -> Result<
         match report.outcome {
             Ok(done) => println!("{}: {done}", report.resource),
             Err(e) => {
-                eprintln_quiet(&format!("leaderd: {}: {e}", report.resource));
+                // The error names the resource itself.
+                eprintln_quiet(&format!("leaderd: {e}"));
                 failed.get_or_insert(Failure::Backend(e));
             }
         }
@@ -103,11 +104,12 @@ pub async fn check_lines(config: &Config) -> Result<Vec<String>, Failure> {
     Ok(lines)
 }
 
-/// Each resource's line (true: fenced), and the exit code: 1 if one could
-/// not be reached, else 3 if one is not fenced, else 0.
+/// Each resource's line (true: fenced), and the exit code: 2 if one refused
+/// leaderd's credentials or TLS (as `check` does), else 1 if one could not
+/// be reached, else 3 if one is not fenced, else 0.
 async fn look(fence: &FenceConfig) -> (Vec<(bool, String)>, ExitCode) {
     let mut lines = Vec::new();
-    let (mut unreachable, mut missing) = (false, false);
+    let (mut refused, mut unreachable, mut missing) = (false, false, false);
     for (resource, found) in fence.inspect().await {
         match found {
             Ok(found) => {
@@ -116,15 +118,18 @@ async fn look(fence: &FenceConfig) -> (Vec<(bool, String)>, ExitCode) {
                 lines.push((fenced, describe(&resource, &fence.key, &found)));
             }
             Err(e) => {
+                refused |= e.is_misconfiguration();
                 unreachable = true;
-                lines.push((false, format!("{resource}: {e}")));
+                // The error names the resource itself.
+                lines.push((false, e.to_string()));
             }
         }
     }
-    let code = match (unreachable, missing) {
-        (true, _) => 1,
-        (false, true) => 3,
-        (false, false) => 0,
+    let code = match (refused, unreachable, missing) {
+        (true, _, _) => 2,
+        (false, true, _) => 1,
+        (false, false, true) => 3,
+        (false, false, false) => 0,
     };
     (lines, ExitCode::from(code))
 }

@@ -77,15 +77,7 @@ impl RedisTarget {
     }
 
     async fn connect(&self, timeout: Duration) -> Result<MultiplexedConnection, Error> {
-        let client =
-            crate::lease::redis::tls::client(&self.url, &self.tls).map_err(|e| match e {
-                Error::Tls { backend, detail, .. } => Error::Tls {
-                    backend,
-                    detail,
-                    hint: "check the PEM files given with --fence-redis-tls-ca, --fence-redis-tls-cert and --fence-redis-tls-key".into(),
-                },
-                other => other,
-            })?;
+        let client = crate::lease::redis::tls::client(&self.url, &self.tls).map_err(own_flags)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
@@ -93,7 +85,7 @@ impl RedisTarget {
         // The handshake and AUTH each take a round trip within the bound.
         match tokio::time::timeout(timeout * 2, connecting).await {
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(classify(e, &self.shown(), timeout)),
+            Ok(Err(e)) => Err(own_flags(classify(e, &self.shown(), timeout))),
             Err(_) => Err(Error::Timeout {
                 backend: self.shown(),
                 timeout,
@@ -250,8 +242,25 @@ impl RedisTarget {
                 detail: format!("{text}: the URL reached a replica; give the primary's"),
             }
         } else {
-            classify(e, &backend, timeout)
+            own_flags(classify(e, &backend, timeout))
         }
+    }
+}
+
+/// The Redis client's TLS hints name the lease's flags; a fenced Redis has
+/// its own.
+fn own_flags(e: Error) -> Error {
+    match e {
+        Error::Tls {
+            backend,
+            detail,
+            hint,
+        } => Error::Tls {
+            backend,
+            detail,
+            hint: hint.replace("--redis-tls-", "--fence-redis-tls-"),
+        },
+        other => other,
     }
 }
 

@@ -198,3 +198,84 @@ fn an_unreachable_resource_is_exit_1_named_without_its_password() {
         }
     }
 }
+
+/// The fenced resources' TLS is the backends': a rediss:// URL with
+/// `--fence-redis-tls-*` (mutual TLS here), a PostgreSQL URL with
+/// `sslmode=verify-full&sslrootcert=…`; without the CA both fail closed,
+/// naming what to give.
+#[test]
+fn the_fence_is_installed_and_checked_over_tls_as_the_backends_connect() {
+    let pki = support::tls::Pki::new(&format!("fence-tls-{}", support::os::below(1 << 30)));
+    let ca = pki.ca();
+    let ca = support::path_str(&ca);
+
+    let server = pki.leaf("server", &["127.0.0.1"], false);
+    let client = pki.leaf("client", &["leaderd"], false);
+    let redis = support::tls::redis(&pki, &server, true);
+    let url = redis.url();
+    let tls = [
+        "--fence-redis",
+        url.as_str(),
+        "--fence-redis-tls-ca",
+        ca,
+        "--fence-redis-tls-cert",
+        support::path_str(&client.0),
+        "--fence-redis-tls-key",
+        support::path_str(&client.1),
+    ];
+    let (code, out, err) = run_to_end(&[&["fence", "install", "--apply"][..], &tls].concat());
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("loaded the function library leaderd_fence"),
+        "{out}"
+    );
+    let (code, out, err) = run_to_end(&[&["fence", "check"][..], &tls].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("rediss://127.0.0.1") && out.contains(": fenced ("),
+        "{out}"
+    );
+    let (code, _, err) = run_to_end(&["fence", "check", "--fence-redis", &url]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("TLS with Redis rediss://127.0.0.1")
+            && err.contains("give its CA bundle with --fence-redis-tls-ca"),
+        "{err}"
+    );
+    // TLS files without a rediss:// URL (or without any Redis) are refused.
+    let (code, _, err) = run_to_end(&[
+        "fence",
+        "check",
+        "--fence-redis",
+        "redis://127.0.0.1:1",
+        "--fence-redis-tls-ca",
+        ca,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("use rediss://"), "{err}");
+
+    let (cert, key) = pki.leaf("pg", &["localhost"], false);
+    let pg = Postgres::start_tls(&cert, &key);
+    let verified = pg
+        .url(&format!("sslmode=verify-full&sslrootcert={ca}"))
+        .replace("127.0.0.1", "localhost");
+    let (code, out, err) =
+        run_to_end(&["fence", "install", "--apply", "--fence-postgres", &verified]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = run_to_end(&["fence", "check", "--fence-postgres", &verified]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("sslmode=verify-full") && out.contains(": fenced ("),
+        "{out}"
+    );
+    let unverified = pg
+        .url("sslmode=verify-full")
+        .replace("127.0.0.1", "localhost");
+    let (code, _, err) = run_to_end(&["fence", "check", "--fence-postgres", &unverified]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("TLS with PostgreSQL postgres://postgres:***@localhost")
+            && err.contains("give its CA with sslrootcert=FILE in the URL"),
+        "{err}"
+    );
+}
