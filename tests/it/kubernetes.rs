@@ -11,6 +11,7 @@ mod deploy;
 mod faults;
 mod mixed;
 mod rbac;
+mod registry;
 
 use crate::support;
 
