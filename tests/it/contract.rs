@@ -529,14 +529,21 @@ fn the_registry_lists_every_candidate_and_forgets_one_within_a_ttl_of_its_death(
         // first look after it exited no longer lists it (retried only
         // while `status` itself gets no answer).
         let last = 3 - leader - victim;
+        let stopped = nodes[last].id.clone();
         nodes[last].signal("TERM");
         nodes[last].wait_exit(PATIENCE);
         let ids = eventually(PATIENCE, "status to answer", || listed(scene, &key));
-        assert_eq!(
-            ids,
-            vec![leader_id.clone()],
-            "{name}: a stopped candidate was still listed once it had exited"
+        assert!(
+            !ids.contains(&stopped),
+            "{name}: a stopped candidate was still listed once it had exited: {ids:?}"
         );
+        // The leader is listed alone. Not necessarily at that first look:
+        // its own record lapses for a moment when a loaded machine delays
+        // a registration past the TTL (CI once saw `[]` there, lock file,
+        // ttl 2 s: a record outlives its write by only 2/3 of the TTL).
+        eventually(PATIENCE, "the leader listed alone", || {
+            listed(scene, &key).filter(|ids| *ids == [leader_id.clone()])
+        });
     });
 }
 
