@@ -1,28 +1,35 @@
 //! The contract's rule for a lease that disappeared without a release
-//! (`LeaseBackend`, "Vacancies"): deleted, revoked, evicted or unlinked from
-//! outside, the previous holder may still be working, and learns of the loss
-//! only at its next look at the store. A waiter takes such a lease only once
-//! that holder's work must have stopped. Every holder stops its work within a
-//! TTL of its last successful renewal (its guard kills by then), and that
-//! renewal came before the lease vanished, so a TTL from the first sight of
-//! the vacancy is always enough. It is also often too much: a lease that
-//! simply expired (its holder crashed) is free at once, and a waiter that
-//! looked at the lease knows when that expiry could come at the earliest.
+//! (`LeaseBackend`, "Vacancies"): deleted, revoked, evicted, emptied or
+//! unlinked from outside, the previous holder may still be working, and
+//! learns of the loss only at its next look at the store. A vanished or
+//! emptied record is never proof that its holder stopped: a waiter's last
+//! look may be older than the holder's last renewal, which the waiter did
+//! not see. Only two things free a lease at once: a release its holder
+//! announced (after its work stopped), or a look that found **the same
+//! term's record still present past its expiry** (the holder stopped
+//! renewing, so its guard has stopped its work). Every other vacancy waits
+//! until that holder's work must have stopped: each holder stops within its
+//! TTL of its last successful renewal, that renewal came before the vacancy,
+//! so the larger of the waiter's own TTL and the duration the holder's
+//! record carried, counted from the first sight of the vacancy, is enough.
 //!
-//! This module is the pure part: what a waiter remembers of the term it saw
-//! held, and the verdict on a vacancy. Backends feed it what their store
-//! tells (the term's token, whether a release was announced).
+//! This module is the pure part: what a waiter remembers of the terms it
+//! saw, and the verdict on a vacancy. Backends feed it what their store
+//! tells (the term's token, a record seen past its expiry).
 
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// What a waiter remembers: the last term it saw held, and since when it has
-/// seen that term's lease vacant without an announced release.
+/// What a waiter remembers: the last term whose record it saw present past
+/// its expiry, and since when it has seen a term's lease vacant without an
+/// announced release.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Vacancies {
-    /// The term last seen held, and the earliest instant its lease could have
-    /// expired by itself, judged from that look (the remaining TTL the store
-    /// reported, counted from before the request was sent).
+    /// A term whose record a look found still there after its expiry.
+    expired: Option<u64>,
+    /// The term last seen held, and the earliest instant its lease could
+    /// have expired by itself, from the store's own count (etcd only: see
+    /// [`Vacancies::saw_held`]).
     seen: Option<(u64, Instant)>,
     /// The unannounced vacancy of a term: first seen at this instant.
     vacant: Option<(u64, Instant)>,
@@ -38,20 +45,32 @@ pub(crate) enum Verdict {
 }
 
 impl Vacancies {
-    /// The lease of `term` was seen held, and could not have expired by
-    /// itself before `earliest_expiry`.
+    /// A look found the record of `term` still in the store after its
+    /// expiry: its holder stopped renewing, so its work has stopped, and a
+    /// vacancy of that term is free at once.
+    pub(crate) fn saw_expired(&mut self, term: u64) {
+        self.expired = Some(term);
+    }
+
+    /// The lease of `term` was seen held, and the store itself counts its
+    /// expiry (an etcd lease): it cannot be gone by expiry before
+    /// `earliest_expiry`. Weaker than [`Vacancies::saw_expired`]: a lease
+    /// revoked from outside after a renewal this waiter did not see is
+    /// judged expired; etcd keeps it until its records can show a logical
+    /// expiry while present (docs/backends.md, "Changed from outside").
     pub(crate) fn saw_held(&mut self, term: u64, earliest_expiry: Instant) {
         self.seen = Some((term, earliest_expiry));
     }
 
     /// The lease, last held in `term`, is vacant and nobody announced its
-    /// release. Free when this waiter's last look showed that term's lease
-    /// would have expired by now (a holder that died); otherwise a TTL after
-    /// the vacancy was first seen.
-    pub(crate) fn judge(&mut self, term: u64, now: Instant, ttl: Duration) -> Verdict {
-        if self
-            .seen
-            .is_some_and(|(seen, expiry)| seen == term && now >= expiry)
+    /// release. Free when a look found that term's record present past its
+    /// expiry; otherwise `wait` (the larger of this waiter's TTL and the
+    /// duration the term's record carried) after the vacancy was first seen.
+    pub(crate) fn judge(&mut self, term: u64, now: Instant, wait: Duration) -> Verdict {
+        if self.expired == Some(term)
+            || self
+                .seen
+                .is_some_and(|(seen, expiry)| seen == term && now >= expiry)
         {
             return Verdict::Free;
         }
@@ -62,7 +81,7 @@ impl Vacancies {
                 now
             }
         };
-        match (since + ttl).checked_duration_since(now) {
+        match (since + wait).checked_duration_since(now) {
             Some(left) if !left.is_zero() => Verdict::Wait(left),
             _ => Verdict::Free,
         }
@@ -79,26 +98,30 @@ mod tests {
     #[test]
     fn verdicts() {
         let t0 = Instant::now();
-        // (what was seen held: term, expiry offset), (vacant term, at), verdict
-        type Row = (Option<(u64, u32)>, (u64, u32), Verdict);
-        let rows: [Row; 6] = [
+        // a term seen expired, (vacant term, at), verdict
+        type Row = (Option<u64>, (u64, u32), Verdict);
+        let rows: [Row; 5] = [
             // Never looked: a TTL from now.
             (None, (7, 0), Verdict::Wait(TTL)),
-            // Looked, and it vanished before it could have expired: revoked.
-            (Some((7, 1500)), (7, 100), Verdict::Wait(TTL)),
-            // Looked, and it is gone after it would have expired: it did.
-            (Some((7, 1500)), (7, 1500), Verdict::Free),
-            (Some((7, 1500)), (7, 4000), Verdict::Free),
-            // A later term than the one seen: nothing known of it.
-            (Some((7, 0)), (8, 100), Verdict::Wait(TTL)),
-            (Some((8, 0)), (7, 100), Verdict::Wait(TTL)),
+            // Gone, with no look that found it expired: however late, a
+            // renewal this waiter never saw may have come before the delete.
+            (None, (7, 4000), Verdict::Wait(TTL)),
+            // Seen still there past its expiry, then gone: its holder died.
+            (Some(7), (7, 0), Verdict::Free),
+            // Another term's expiry says nothing of this one.
+            (Some(6), (7, 100), Verdict::Wait(TTL)),
+            (Some(8), (7, 100), Verdict::Wait(TTL)),
         ];
-        for (seen, (term, at), verdict) in rows {
+        for (expired, (term, at), verdict) in rows {
             let mut v = Vacancies::default();
-            if let Some((t, expiry)) = seen {
-                v.saw_held(t, t0 + expiry * MS);
+            if let Some(t) = expired {
+                v.saw_expired(t);
             }
-            assert_eq!(v.judge(term, t0 + at * MS, TTL), verdict, "{seen:?} {term}");
+            assert_eq!(
+                v.judge(term, t0 + at * MS, TTL),
+                verdict,
+                "{expired:?} {term}"
+            );
         }
     }
 
@@ -111,5 +134,18 @@ mod tests {
         assert_eq!(v.judge(3, t0 + TTL, TTL), Verdict::Free);
         // Another term's vacancy starts its own wait.
         assert_eq!(v.judge(4, t0 + TTL, TTL), Verdict::Wait(TTL));
+        // A longer duration carried by the record is waited out in full.
+        let mut v = Vacancies::default();
+        assert_eq!(v.judge(5, t0, 15 * TTL), Verdict::Wait(15 * TTL));
+    }
+
+    #[test]
+    fn a_store_counted_expiry_frees_a_vacancy_after_it() {
+        let t0 = Instant::now();
+        let mut v = Vacancies::default();
+        v.saw_held(7, t0 + 1500 * MS);
+        assert_eq!(v.judge(7, t0 + 100 * MS, TTL), Verdict::Wait(TTL));
+        assert_eq!(v.judge(7, t0 + 1500 * MS, TTL), Verdict::Free);
+        assert_eq!(v.judge(8, t0 + 1500 * MS, TTL), Verdict::Wait(TTL));
     }
 }

@@ -76,6 +76,7 @@ pub async fn run(
         backend,
         fence,
         term_exports: outputs.term_exports.clone(),
+        ttl: config.timing.ttl,
     };
     let (ops, answers, worker) = worker::spawn(lease, outputs.metrics.clone());
     let mut channels = Channels {

@@ -7,6 +7,7 @@ use crate::lease::registry::Record;
 use crate::lease::{self, Acquire, LeaseBackend, Renew};
 use crate::metrics::Metrics;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -60,9 +61,35 @@ pub(super) struct Lease {
     pub(super) backend: Box<dyn LeaseBackend>,
     pub(super) fence: Option<FenceConfig>,
     pub(super) term_exports: watch::Sender<Vec<(&'static str, String)>>,
+    /// The lease's TTL: how long a release that does not come back is
+    /// worth trying again.
+    pub(super) ttl: Duration,
 }
 
+/// Between two tries of a release the store did not answer: often enough
+/// that the waiters hear of it soon after the store is back.
+const RELEASE_RETRY: Duration = Duration::from_millis(200);
+
 impl Lease {
+    /// Releases, and tries again while the store does not answer, until it
+    /// answers or a TTL has passed: by then the term has lapsed anyway (its
+    /// last renewal came before the first try), and waiters take the lease
+    /// by its expiry. A release that lands spares them that wait.
+    async fn release(&mut self) -> Result<bool, lease::Error> {
+        let until = Instant::now() + self.ttl;
+        loop {
+            let result = self.backend.release().await;
+            let retry = result.as_ref().is_err_and(lease::Error::is_transient);
+            if !retry || Instant::now() + RELEASE_RETRY >= until {
+                return result;
+            }
+            if let Err(e) = &result {
+                tracing::debug!(error = %e, "the release did not come back; trying again");
+            }
+            tokio::time::sleep(RELEASE_RETRY).await;
+        }
+    }
+
     /// Acquires, then raises the fence (if any) to the new term's token
     /// before the machine hears of the term. A term whose fence cannot be
     /// raised is given back and reported as the fence's error: its work
@@ -125,15 +152,7 @@ async fn work(
                 }
                 continue;
             }
-            Op::Release => {
-                let mut result = lease.backend.release().await;
-                if result.as_ref().is_err_and(lease::Error::is_transient) {
-                    // One more try: a release that lands spares the others a
-                    // wait of a whole TTL.
-                    result = lease.backend.release().await;
-                }
-                Report::Release(result)
-            }
+            Op::Release => Report::Release(lease.release().await),
         };
         let (name, result) = report.outcome();
         metrics.lease_op(name, result, started.elapsed());

@@ -10,6 +10,7 @@
 mod deploy;
 mod faults;
 mod mixed;
+mod outside;
 mod rbac;
 mod registry;
 

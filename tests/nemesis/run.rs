@@ -210,6 +210,7 @@ fn begin(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet) -> Op
             scene.steal(key);
             true
         }
+        Kind::Outside => scene.outside(key, p.pick),
         Kind::Isolate | Kind::Slow | Kind::Reset => {
             let i = fleet.target(p.pick);
             let links = &fleet.links;

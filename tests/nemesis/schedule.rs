@@ -83,6 +83,12 @@ pub enum Kind {
     /// One candidate's worker failing its health check, healthy again at
     /// the heal (the leader's, when `pick` is even: a health step-down).
     Sick,
+    /// The lease's record written from outside as an operator or a restore
+    /// would (its holder cleared, re-pointed at another candidate, its
+    /// duration shortened, an old copy put back), where the store keeps
+    /// such a record: a term only its holder may write, in a store anyone
+    /// can write (issue #46).
+    Outside,
     /// Every candidate stopped (SIGTERM) at once, all started again at once
     /// (every pod restarted, a fleet-wide deploy): the last leader released,
     /// so they join the election together with the lease free, where one's
@@ -110,6 +116,7 @@ impl Kind {
             Kind::Reset => "reset",
             Kind::Sick => "sick-worker",
             Kind::Herd => "herd-restart",
+            Kind::Outside => "outside-write",
         }
     }
 
@@ -122,7 +129,11 @@ impl Kind {
     }
 
     pub fn of_store(self) -> bool {
-        self.lasting_store() || matches!(self, Kind::Delete | Kind::LoseData | Kind::RestartOne)
+        self.lasting_store()
+            || matches!(
+                self,
+                Kind::Delete | Kind::LoseData | Kind::RestartOne | Kind::Outside
+            )
     }
 }
 
@@ -143,7 +154,7 @@ pub const QUIET: Duration = Duration::from_millis(7000);
 
 /// How the catalogue is weighted; store faults count double, since they are
 /// where the backends differ.
-const WEIGHTS: [(Kind, u64); 17] = [
+const WEIGHTS: &[(Kind, u64)] = &[
     (Kind::Cut, 3),
     (Kind::FreezeOne, 3),
     (Kind::FreezeFollower, 3),
@@ -161,6 +172,7 @@ const WEIGHTS: [(Kind, u64); 17] = [
     (Kind::Reset, 2),
     (Kind::Sick, 2),
     (Kind::Herd, 2),
+    (Kind::Outside, 3),
 ];
 
 /// The schedule for a run of `length` with lease `ttl`: faults from
@@ -182,7 +194,7 @@ pub fn plan(
     while at < end {
         let mut roll = rng.below(total);
         let mut kind = Kind::Cut;
-        for (k, w) in WEIGHTS {
+        for &(k, w) in WEIGHTS {
             if roll < w {
                 kind = k;
                 break;

@@ -7,7 +7,7 @@
 
 use super::KubeLease;
 use super::client::Failure;
-use super::record::Seen;
+use super::record::{self, Seen};
 use crate::lease::contract::Error;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -130,11 +130,20 @@ pub(super) async fn report(lease: &mut KubeLease) -> Result<Vec<String>, Error> 
     ));
     if allowed(lease, &namespace, &on("watch", &name)).await? {
         lines.push(format!(
-            "watch on the Lease {name} is allowed: waiters wake at a release"
+            "watch on the Lease {name} is allowed: waiters wake at a release and see every renewal as it happens, so they read nothing on a timer"
         ));
     } else {
         lines.push(format!(
-            "watch on the Lease {name} is not allowed: waiters poll every retry interval instead of waking at a release (grant watch to hand over in milliseconds)"
+            "watch on the Lease {name} is not allowed, which costs: a release is seen only at a waiter's next read (a handover takes up to a lease duration instead of milliseconds), a crashed holder is taken over up to a duration late (each waiter reads when the record it saw would expire), a holder hears of an edit or a delete of its Lease only at its next renewal, and every waiter reads the Lease once a duration; grant watch"
+        ));
+    }
+    if let Some(l) = &current
+        && l.metadata.resource_version.is_some()
+        && record::revision(l).is_none()
+    {
+        lines.push(format!(
+            "the API server's resourceVersion {:?} is not a number: fencing tokens only count up from each process's last one, so a restarted candidate may hand out a token an earlier process used (docs/kubernetes.md)",
+            l.metadata.resource_version.as_deref().unwrap_or_default()
         ));
     }
     lines.push(match current {

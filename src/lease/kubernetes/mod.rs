@@ -5,15 +5,31 @@
 //! compare-and-swap on `resourceVersion` (a create when absent); a 409
 //! means read again and judge, never "lost" on a write that may have
 //! landed. Another holder's lease expires by the observer's clock
-//! ([`record::Observer`]). The fencing token is the `resourceVersion` of
-//! the acquiring write — etcd's revision, which only grows — above this
-//! candidate's floor, and is shown in an annotation for people to read.
-//! A release clears the holder (client-go's `ReleaseOnCancel`) after the
-//! work stopped; waiters watch the object and try at once.
+//! (`observe.rs`), fed by every GET and every watch event. The fencing
+//! token is the `resourceVersion` of the acquiring write — etcd's
+//! revision, which only grows — above this candidate's floor, and is shown
+//! in an annotation for people to read. A release clears the holder
+//! (client-go's `ReleaseOnCancel`) after the work stopped; waiters watch
+//! the object and try at once.
+//!
+//! The Lease lives in a store anyone with RBAC can write, so nothing a
+//! candidate last saw is trusted over what the store now holds:
+//! - "ours" is this process's own latest write still there, not our id
+//!   (a restored copy, a client-go elector with the same id, an edit of
+//!   the record end our term at the next look, which the watch makes at
+//!   once);
+//! - a Lease deleted, or its holder cleared with a leaderd term's
+//!   annotations kept, is a vacancy nobody announced: taken only after the
+//!   larger of our TTL and the longest duration the term carried, from
+//!   its first sight — unless a look found that term's record still
+//!   there past its expiry (its holder died), the contract's vacancy rule;
+//! - a duration shortened from outside does not shorten the term for a
+//!   waiter that saw it longer, and never below the waiter's own TTL.
 
 mod check;
 mod client;
 pub mod config;
+mod observe;
 mod record;
 mod registry;
 mod wake;
@@ -29,7 +45,8 @@ use client::{Client, Failure};
 use config::KubernetesConfig;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
-use record::{Observer, Seen};
+use observe::Shared;
+use record::Seen;
 use sha2::Digest;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -61,12 +78,22 @@ pub struct KubeLease {
     digest: String,
     /// Our term: the object as we last wrote it, and its fencing token.
     term: Option<(Lease, u64)>,
+    /// The records of our writes since the last one whose answer came back
+    /// (an acquisition or renewal that timed out): ours too if one landed.
+    sent: Vec<Seen>,
     /// The largest token we handed out: never again.
     spent: u64,
-    observer: Observer,
+    /// Our latest term (its `acquireTime`, as the vacancy rule names
+    /// terms): a vacancy of it is ours to take at once, since we acquire
+    /// only after our work stopped.
+    mine: Option<u64>,
+    /// What this candidate saw of the Lease, shared with its watch.
+    observer: Shared,
     vacancies: Vacancies,
     registry: registry::Registry,
     implicit: bool,
+    /// Said once: the API server's `resourceVersion` is not a number.
+    opaque_warned: bool,
 }
 
 impl KubeLease {
@@ -81,11 +108,14 @@ impl KubeLease {
             timing: common.timing,
             digest,
             term: None,
+            sent: Vec::new(),
             spent: 0,
-            observer: Observer::default(),
+            mine: None,
+            observer: Shared::default(),
             vacancies: Vacancies::default(),
             registry: registry::Registry::new(&config.lease, &common.id, common.timing.ttl),
             implicit: config.implicit,
+            opaque_warned: false,
         })
     }
 
@@ -101,29 +131,88 @@ impl KubeLease {
         }
     }
 
-    /// The lease absent: free, unless a term may still be at work (it was
-    /// deleted from outside; the contract's vacancy rule).
-    async fn vacancy(&mut self) -> Result<Option<Acquire>, Error> {
-        let now = Instant::now();
-        // A holder this candidate saw: its lease could expire by itself then.
-        let seen = self
-            .observer
-            .expiry()
-            .map(|(s, at)| (s.holder.clone(), s.term(), at));
-        // A holder the registry says leads (a candidate that never saw it).
-        let leading = self.registry.leading(&mut self.client).await?;
-        let term = match (&seen, &leading) {
-            (Some((holder, term, expiry)), _) => {
-                self.vacancies.saw_held(*term, *expiry);
-                Some((holder.clone(), None, *term))
-            }
-            (None, Some((id, token))) => Some((Some(id.clone()), Some(*token), *token)),
-            _ => None,
+    /// Our own latest write is what the Lease holds.
+    fn is_ours(&self, lease: &Lease) -> bool {
+        let written = self.term.as_ref().map(|(l, _)| Seen::of(l));
+        let writes: Vec<&Seen> = written.iter().chain(&self.sent).collect();
+        record::is_ours(lease, &self.digest, &writes)
+    }
+
+    /// A write about to be sent: ours if it lands, whether or not its
+    /// answer comes back. A few are kept (one per timed-out try).
+    fn sending(&mut self, write: &Lease) {
+        if self.sent.len() >= CONFLICT_ROUNDS * 2 {
+            self.sent.remove(0);
+        }
+        self.sent.push(Seen::of(write));
+    }
+
+    /// One GET, dated when its answer came (a renewal that lands during a
+    /// slow GET is not credited to the instant it was sent), and fed to
+    /// the observer.
+    async fn get(&mut self) -> Result<Option<Lease>, Error> {
+        let current = self.client.get(&self.name).await?;
+        self.observer.lock().look(current.as_ref(), Instant::now());
+        Ok(current)
+    }
+
+    /// What a waiter on a healthy watch knows without reading: another
+    /// holder's record, seen since the watch (re)started, not yet expired.
+    fn watched(&self) -> Option<Acquire> {
+        let observer = self.observer.lock();
+        if !observer.live() {
+            return None;
+        }
+        let left = observer.left(Instant::now(), self.timing.ttl)?;
+        let sight = observer.present()?;
+        if left.is_zero() || self.is_ours(&sight.lease) {
+            return None;
+        }
+        Some(Acquire::Held {
+            holder: self.holder_of(&sight.lease),
+            expires_in: Some(left),
+        })
+    }
+
+    /// The Lease absent, or its holder cleared by someone other than the
+    /// holder: free, unless a term may still be at work (the contract's
+    /// vacancy rule). `cleared`: the record without a holder, when present.
+    async fn vacancy(&mut self, cleared: Option<&Lease>) -> Result<Option<Acquire>, Error> {
+        let last_held = {
+            let observer = self.observer.lock();
+            observer.last_held().map(|s| {
+                let wait = observer.wait_for(&s.seen, self.timing.ttl);
+                (s.seen.clone(), wait)
+            })
         };
-        let Some((id, token, term)) = term else {
+        if let Some(lease) = cleared
+            && record::announced_release(lease, last_held.as_ref().map(|(s, _)| s))
+        {
             return Ok(None);
+        }
+        if last_held
+            .as_ref()
+            .is_some_and(|(s, _)| Some(s.term()) == self.mine)
+        {
+            return Ok(None);
+        }
+        // A holder this candidate saw; else one the registry says leads (a
+        // candidate that never saw it); else the cleared record itself.
+        let leading = match &last_held {
+            Some(_) => None,
+            None => self.registry.leading(&mut self.client).await?,
         };
-        match self.vacancies.judge(term, now, self.timing.ttl) {
+        let ttl = self.timing.ttl;
+        let (id, token, term, wait) = match (last_held, leading, cleared) {
+            (Some((seen, wait)), _, _) => (seen.holder.clone(), None, seen.term(), wait),
+            (None, Some((id, token)), _) => (Some(id), Some(token), token, ttl),
+            (None, None, Some(lease)) => {
+                let seen = Seen::of(lease);
+                (None, None, seen.term(), seen.duration.max(ttl))
+            }
+            (None, None, None) => return Ok(None),
+        };
+        match self.vacancies.judge(term, Instant::now(), wait) {
             Verdict::Free => Ok(None),
             Verdict::Wait(left) => Ok(Some(Acquire::Held {
                 holder: Holder {
@@ -139,10 +228,19 @@ impl KubeLease {
     /// The token is shown from the first renewal on (one write per
     /// acquisition keeps the handover short).
     fn won(&mut self, written: Lease, sent_at: Instant) -> Acquire {
-        let token = record::revision(&written).unwrap_or(0).max(self.spent + 1);
+        let revision = record::revision(&written);
+        if revision.is_none() && !self.opaque_warned {
+            self.opaque_warned = true;
+            tracing::warn!(
+                resource_version = written.metadata.resource_version.as_deref(),
+                "the API server's resourceVersion is not a number: fencing tokens count up from this process's last one only, so a restarted candidate may hand out a token an earlier process used (docs/kubernetes.md)"
+            );
+        }
+        let token = revision.unwrap_or(0).max(self.spent + 1);
         self.spent = token;
+        self.mine = Some(Seen::of(&written).term());
         self.term = Some((written, token));
-        self.observer = Observer::default();
+        self.sent.clear();
         Acquire::Won {
             fencing_token: token,
             sent_at,
@@ -151,28 +249,40 @@ impl KubeLease {
 
     /// One look and, when the lease is ours to take, one write.
     async fn attempt(&mut self, sent_at: Instant) -> Result<Option<Acquire>, Error> {
-        let now = Instant::now();
-        let current = self.client.get(&self.name).await?;
-        let wall = Timestamp::now();
+        let current = self.get().await?;
+        let wall = record::stamp(Timestamp::now());
         let secs = self.duration_secs();
         let write = match &current {
             None => {
-                if let Some(wait) = self.vacancy().await? {
+                if let Some(wait) = self.vacancy(None).await? {
                     return Ok(Some(wait));
                 }
                 let lease =
                     record::acquisition(None, &self.name, &self.id, &self.digest, secs, wall);
+                self.sending(&lease);
                 self.client.create(&lease).await
             }
             Some(lease) => {
                 let seen = Seen::of(lease);
-                let left = self.observer.look(&seen, now);
-                let ours = record::is_ours(lease, &self.id, &self.digest);
-                if let Some(left) = left.filter(|l| !ours && !l.is_zero()) {
-                    return Ok(Some(Acquire::Held {
-                        holder: self.holder_of(lease),
-                        expires_in: Some(left),
-                    }));
+                let ours = self.is_ours(lease);
+                if seen.holder.is_none()
+                    && let Some(wait) = self.vacancy(Some(lease)).await?
+                {
+                    return Ok(Some(wait));
+                }
+                if seen.holder.is_some() && !ours {
+                    let left = self.observer.lock().left(Instant::now(), self.timing.ttl);
+                    match left {
+                        Some(left) if !left.is_zero() => {
+                            return Ok(Some(Acquire::Held {
+                                holder: self.holder_of(lease),
+                                expires_in: Some(left),
+                            }));
+                        }
+                        // Still there past its expiry: its holder stopped
+                        // renewing, so a delete of it now frees it at once.
+                        _ => self.vacancies.saw_expired(seen.term()),
+                    }
                 }
                 // Free (released, or expired by our clock), or ours: an
                 // attempt of ours whose answer was lost, or a term whose
@@ -185,6 +295,7 @@ impl KubeLease {
                     secs,
                     wall,
                 );
+                self.sending(&lease);
                 self.client.replace(&lease).await
             }
         };
@@ -195,18 +306,24 @@ impl KubeLease {
         }
     }
 
-    /// Our term's lease, read again after a conflict: still ours (the
-    /// fresh object, to write over), or who holds it now.
-    async fn reread(&mut self, acquired: &Seen) -> Result<Result<Lease, Option<Holder>>, Error> {
-        let current = self.client.get(&self.name).await?;
+    /// Our term's lease, read again after a conflict: still holding our own
+    /// latest write (someone only annotated it: the fresh object, to write
+    /// over), or who holds it now. Another process writing under our id
+    /// is said here, once per term.
+    async fn reread(&mut self) -> Result<Result<Lease, Option<Holder>>, Error> {
+        let current = self.get().await?;
         Ok(match current {
-            Some(lease)
-                if record::is_ours(&lease, &self.id, &self.digest)
-                    && Seen::of(&lease).acquired == acquired.acquired =>
-            {
-                Ok(lease)
+            Some(lease) if self.is_ours(&lease) => Ok(lease),
+            Some(lease) => {
+                let holder = self.holder_of(&lease);
+                if holder.id.as_deref() == Some(self.id.as_str()) {
+                    tracing::error!(
+                        id = %self.id,
+                        "the Lease was written under this candidate's id by another process (a second leaderd or a client-go elector with the same id, or a restored copy): ending this term; give every candidate a unique --id"
+                    );
+                }
+                Err(Some(holder))
             }
-            Some(lease) => Err(Some(self.holder_of(&lease))),
             None => Err(None),
         })
     }
@@ -237,6 +354,9 @@ impl LeaseBackend for KubeLease {
     }
 
     async fn acquire(&mut self) -> Result<Acquire, Error> {
+        if let Some(held) = self.watched() {
+            return Ok(held);
+        }
         let sent_at = Instant::now();
         for _ in 0..CONFLICT_ROUNDS {
             if let Some(verdict) = self.attempt(sent_at).await? {
@@ -244,7 +364,7 @@ impl LeaseBackend for KubeLease {
             }
         }
         // Still contended: someone else's write keeps landing first.
-        let holder = match self.client.get(&self.name).await? {
+        let holder = match self.get().await? {
             Some(lease) => self.holder_of(&lease),
             None => Holder {
                 id: None,
@@ -262,22 +382,26 @@ impl LeaseBackend for KubeLease {
             return Ok(Renew::Lost { holder: None });
         };
         let sent_at = Instant::now();
-        let acquired = Seen::of(&mine);
         let secs = self.duration_secs();
         for _ in 0..CONFLICT_ROUNDS {
-            let write = record::with_token(record::renewal(mine, secs, Timestamp::now()), token);
+            let now = record::stamp(Timestamp::now());
+            let write = record::with_token(record::renewal(mine, secs, now), token);
+            self.sending(&write);
             match self.client.replace(&write).await {
                 Ok(written) => {
                     self.term = Some((written, token));
+                    self.sent.clear();
                     return Ok(Renew::Renewed { sent_at });
                 }
                 Err(Failure::Other(e)) => return Err(e),
-                // Changed under us: an annotation someone wrote keeps our
-                // term; another holder or none ends it.
-                Err(Failure::Conflict | Failure::Missing) => match self.reread(&acquired).await? {
+                // Changed under us: an annotation someone added keeps our
+                // term; anything else (another holder or none, an edit of
+                // the record, a restore, a delete) ends it.
+                Err(Failure::Conflict | Failure::Missing) => match self.reread().await? {
                     Ok(fresh) => mine = fresh,
                     Err(holder) => {
                         self.term = None;
+                        self.sent.clear();
                         return Ok(Renew::Lost { holder });
                     }
                 },
@@ -291,22 +415,39 @@ impl LeaseBackend for KubeLease {
         })
     }
 
+    /// The term is kept until the release lands or the term is known gone:
+    /// a release that timed out is tried again (by the lease worker), so
+    /// waiters are not left to sit out a whole duration.
     async fn release(&mut self) -> Result<bool, Error> {
-        let Some((mut mine, _)) = self.term.take() else {
-            return Ok(false);
+        let mut mine = match self.term.clone() {
+            Some((mine, _)) => mine,
+            // No term, but an acquisition whose answer was lost may have
+            // landed: give it back if it did.
+            None if !self.sent.is_empty() => match self.get().await? {
+                Some(current) if self.is_ours(&current) => current,
+                _ => {
+                    self.sent.clear();
+                    return Ok(false);
+                }
+            },
+            None => return Ok(false),
         };
-        let acquired = Seen::of(&mine);
         for _ in 0..CONFLICT_ROUNDS {
-            match self
-                .client
-                .replace(&record::release(mine, Timestamp::now()))
-                .await
-            {
-                Ok(_) => return Ok(true),
+            let write = record::release(mine, record::stamp(Timestamp::now()));
+            match self.client.replace(&write).await {
+                Ok(_) => {
+                    self.term = None;
+                    self.sent.clear();
+                    return Ok(true);
+                }
                 Err(Failure::Other(e)) => return Err(e),
-                Err(Failure::Conflict | Failure::Missing) => match self.reread(&acquired).await? {
+                Err(Failure::Conflict | Failure::Missing) => match self.reread().await? {
                     Ok(fresh) => mine = fresh,
-                    Err(_) => return Ok(false),
+                    Err(_) => {
+                        self.term = None;
+                        self.sent.clear();
+                        return Ok(false);
+                    }
                 },
             }
         }
@@ -314,12 +455,11 @@ impl LeaseBackend for KubeLease {
     }
 
     async fn peek(&mut self) -> Result<Peek, Error> {
-        let now = Instant::now();
-        let Some(lease) = self.client.get(&self.name).await? else {
+        let Some(lease) = self.get().await? else {
             return Ok(Peek::default());
         };
         let seen = Seen::of(&lease);
-        let expires_in = self.observer.look(&seen, now);
+        let expires_in = self.observer.lock().left(Instant::now(), self.timing.ttl);
         Ok(Peek {
             holder: seen.holder.is_some().then(|| self.holder_of(&lease)),
             expires_in,
@@ -340,6 +480,8 @@ impl LeaseBackend for KubeLease {
         Some(wake::watch(
             Client::new(&self.client.config),
             self.name.clone(),
+            self.observer.clone(),
+            self.timing.ttl,
             wakeups,
         ))
     }

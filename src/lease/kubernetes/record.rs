@@ -1,16 +1,15 @@
 //! The Lease as client-go writes it, and what a candidate reads from it.
-//! Pure: the writes of an acquisition, a renewal and a release, and the
-//! observer's clock — client-go's rule that another holder's lease expires
-//! `leaseDurationSeconds` after *this* candidate last saw the record
-//! change, on its own monotonic clock, never by comparing `renewTime` with
-//! the local wall clock (skewed clocks must not shorten a lease).
+//! Pure: the writes of an acquisition, a renewal and a release, whose own
+//! writes a candidate recognises ([`is_ours`]: its latest write still
+//! there, not merely its id), and whether a record without a holder is a
+//! release its holder announced ([`announced_release`]). When a record
+//! expires is the observer's business (`observe.rs`).
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// Who wrote the lease: a digest of the candidate's ownership token (the
 /// token itself never leaves the process).
@@ -20,7 +19,8 @@ pub(super) const OWNER: &str = "leaderd.io/owner";
 pub(super) const FENCING: &str = "leaderd.io/fencing-token";
 /// Whose term the token is: a client-go elector that takes the Lease over
 /// from a crashed leaderd keeps the annotations it finds, so the token is
-/// shown only while this still names the holder.
+/// shown only while this still names the holder. Written with every
+/// acquisition, so it also tells a leaderd term from a client-go one.
 pub(super) const TOKEN_HOLDER: &str = "leaderd.io/fencing-token-holder";
 
 /// The client-go record of a Lease, as compared between looks.
@@ -54,10 +54,36 @@ impl Seen {
     }
 }
 
-/// Written by this candidate (`digest`, its id the holder).
-pub(super) fn is_ours(lease: &Lease, id: &str, digest: &str) -> bool {
-    let owner = annotation(lease, OWNER);
-    Seen::of(lease).holder.as_deref() == Some(id) && owner.as_deref() == Some(digest)
+/// This candidate's own latest write (`digest`, and the record one of
+/// `writes` left) is still what the Lease holds: nobody wrote the record
+/// since, as a restore, an edit, a cleared holder or another process using
+/// the same id would. Annotations others add do not count.
+pub(super) fn is_ours(lease: &Lease, digest: &str, writes: &[&Seen]) -> bool {
+    let seen = Seen::of(lease);
+    annotation(lease, OWNER).as_deref() == Some(digest) && writes.contains(&&seen)
+}
+
+/// A record without a holder: a release its holder announced? leaderd's
+/// own release takes its annotations with it; a client-go elector's clears
+/// a term that was not a leaderd's (`before`, the held record this waiter
+/// saw last, names another holder than the leaderd annotations do). A
+/// leaderd term emptied with its annotations kept was emptied by someone
+/// else (`kubectl patch`, a client-go elector's stale release): its holder
+/// may still be working.
+pub(super) fn announced_release(lease: &Lease, before: Option<&Seen>) -> bool {
+    if annotation(lease, OWNER).is_none() {
+        return true;
+    }
+    let leaderd_term = annotation(lease, TOKEN_HOLDER);
+    before
+        .and_then(|b| b.holder.as_ref())
+        .is_some_and(|held| leaderd_term.as_ref() != Some(held))
+}
+
+/// `now` to the microsecond, as a `MicroTime` keeps it: what this
+/// candidate writes reads back equal, so it knows its own writes.
+pub(super) fn stamp(now: Timestamp) -> Timestamp {
+    Timestamp::from_microsecond(now.as_microsecond()).unwrap_or(now)
 }
 
 pub(super) fn annotation(lease: &Lease, key: &str) -> Option<String> {
@@ -76,37 +102,6 @@ pub(super) fn shown_token(lease: &Lease) -> Option<u64> {
 /// Kubernetes 1.35: etcd's revision of the write).
 pub(super) fn revision(lease: &Lease) -> Option<u64> {
     lease.metadata.resource_version.as_deref()?.parse().ok()
-}
-
-/// The observer's clock: the record last seen and since when.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Observer {
-    last: Option<(Seen, Instant)>,
-}
-
-impl Observer {
-    /// A look at `seen` at `now`; how long until its lease expires by the
-    /// observer's clock (zero: expired; `None`: nobody holds it).
-    pub(super) fn look(&mut self, seen: &Seen, now: Instant) -> Option<Duration> {
-        let since = match &self.last {
-            Some((last, at)) if last == seen => *at,
-            _ => {
-                self.last = Some((seen.clone(), now));
-                now
-            }
-        };
-        seen.holder.as_ref()?;
-        Some((since + seen.duration).saturating_duration_since(now))
-    }
-
-    /// The instant the lease last seen could expire at the earliest, with
-    /// its record: for the vacancy rule when it disappears.
-    pub(super) fn expiry(&self) -> Option<(&Seen, Instant)> {
-        self.last
-            .as_ref()
-            .filter(|(s, _)| s.holder.is_some())
-            .map(|(s, at)| (s, *at + s.duration))
-    }
 }
 
 /// What an acquisition writes over `base` (the object read; `None`: a
@@ -145,7 +140,7 @@ pub(super) fn acquisition(
     let notes = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
     notes.insert(OWNER.to_string(), digest.to_string());
     notes.remove(FENCING);
-    notes.remove(TOKEN_HOLDER);
+    notes.insert(TOKEN_HOLDER.to_string(), id.to_string());
     lease
 }
 

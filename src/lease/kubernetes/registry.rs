@@ -8,7 +8,10 @@
 //! object: every record, in one request. Entries expired by more than a TTL
 //! (the slack absorbs clocks that disagree) are dropped by the next writer
 //! that sees them, by a patch conditional on the version it saw, so an entry
-//! written meanwhile is never lost.
+//! written meanwhile is never lost. An entry that says its writer leads is
+//! never judged by wall-clock times, which a holder's skewed clock would
+//! make lie: it counts for the vacancy rule however old it looks, and only
+//! a candidate that leads itself (a later term) drops it.
 
 use super::client::{Client, Failure};
 use crate::lease::contract::Error;
@@ -126,7 +129,7 @@ impl Registry {
             };
             match written {
                 Ok(lease) => {
-                    self.prune(client, &lease).await;
+                    self.prune(client, &lease, leads.is_some()).await;
                     return Ok(live(&lease));
                 }
                 // Another candidate created it first: patch it now.
@@ -146,12 +149,14 @@ impl Registry {
     /// Drops the entries of candidates gone for more than a TTL past their
     /// expiry, unless the object changed since `seen` (then the next writer
     /// sees them again). Best effort: the entries are harmless meanwhile.
-    async fn prune(&self, client: &mut Client, seen: &Lease) {
+    /// An entry that says it leads is dropped only by a candidate that
+    /// leads (`leading`): it is an older term's.
+    async fn prune(&self, client: &mut Client, seen: &Lease, leading: bool) {
         let slack = self.ttl.as_millis() as u64;
         let now = now_ms();
         let dead: Map<String, Value> = entries(seen)
             .into_iter()
-            .filter(|(k, e)| *k != self.key && e.x + slack < now)
+            .filter(|(k, e)| *k != self.key && e.x + slack < now && (e.t.is_none() || leading))
             .map(|(k, _)| (k, Value::Null))
             .collect();
         if dead.is_empty() {
@@ -172,20 +177,21 @@ impl Registry {
         Ok(current.as_ref().map(live).unwrap_or_default())
     }
 
-    /// Another live candidate that says it leads, and its term's token.
+    /// Another candidate whose entry says it leads, and its term's token
+    /// (the latest, if several): whatever its wall-clock expiry says.
     pub(super) async fn leading(
         &mut self,
         client: &mut Client,
     ) -> Result<Option<(String, u64)>, Error> {
         let current = client.get(&self.object).await?;
-        let now = now_ms();
         Ok(current
             .as_ref()
             .map(entries)
             .unwrap_or_default()
             .into_iter()
-            .filter(|(k, e)| e.x > now && *k != self.key)
-            .find_map(|(_, e)| Some((e.r.id, e.t?))))
+            .filter(|(k, _)| *k != self.key)
+            .filter_map(|(_, e)| Some((e.r.id, e.t?)))
+            .max_by_key(|(_, t)| *t))
     }
 }
 

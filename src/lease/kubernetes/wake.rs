@@ -1,27 +1,65 @@
-//! Wake-ups: a watch on the one Lease (`fieldSelector=metadata.name=NAME`).
-//! A change of holder — cleared by a release, taken over, overwritten from
-//! outside — or the object deleted wakes the runner: a waiter tries at
-//! once, a holder renews and so learns of a loss at once. Its own renewals
-//! (same holder) wake nobody. Only an optimisation: a dropped watch, a 410
-//! Gone or a compaction costs latency, never safety; each new watch wakes
-//! the runner once, since the lease may have changed while nobody watched.
+//! Wake-ups: a watch on the one Lease (`fieldSelector=metadata.name=NAME`),
+//! which also feeds every event into what this candidate knows of the Lease
+//! (`observe.rs`): a standby on a healthy watch sees each renewal as it
+//! happens, and reads nothing on a timer while the holder renews.
+//!
+//! Any change a holder's renewal does not make — the holder changed or
+//! cleared, the duration edited, a new term (`acquireTime`), other owner
+//! annotations, the object deleted or put back — wakes the runner: a
+//! waiter judges at once, a holder renews and so learns at once that its
+//! record is no longer its own. Renewals (only `renewTime` moved) wake
+//! nobody. Only an optimisation for safety: a dropped watch, a 410 Gone or
+//! a compaction costs latency, never safety; each new watch wakes the
+//! runner once, since the lease may have changed while nobody watched.
+//! A watch quiet for longer than a holder could stay quiet (`idle`) is
+//! taken for half-open and replaced; the API server ends a healthy one at
+//! that bound first.
 
 use super::client::{Client, Failure};
-use super::record::Seen;
+use super::observe::Shared;
+use super::record::{OWNER, Seen, annotation, revision};
 use crate::lease::contract::Wakeups;
 use crate::lease::rewatch::{Failed, Watch};
 use futures_util::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::WatchParams;
 use kube::core::WatchEvent;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
-pub(super) fn watch(client: Client, name: String, wakeups: Wakeups) -> JoinHandle<()> {
+/// A watch's life when the Lease is quiet: long enough that a held Lease
+/// (renewed every third of its duration) always speaks within it, short
+/// enough that a half-open watch is replaced soon.
+pub(super) fn idle(ttl: Duration) -> Duration {
+    (ttl * 4).clamp(Duration::from_secs(10), Duration::from_secs(290))
+}
+
+struct Follow {
+    client: Client,
+    name: String,
+    observer: Shared,
+    idle: Duration,
+    notices: mpsc::UnboundedSender<()>,
+}
+
+pub(super) fn watch(
+    client: Client,
+    name: String,
+    observer: Shared,
+    ttl: Duration,
+    wakeups: Wakeups,
+) -> JoinHandle<()> {
     let server = client.shown.clone();
-    let state = (client, name, wakeups.notices.clone());
-    crate::lease::rewatch::spawn(state, server, &wakeups, |(c, n, notices)| {
-        Box::pin(follow(c, n, notices))
-    })
+    let state = Follow {
+        client,
+        name,
+        observer,
+        idle: idle(ttl),
+        notices: wakeups.notices.clone(),
+    };
+    crate::lease::rewatch::spawn(state, server, &wakeups, |f| Box::pin(follow(f)))
 }
 
 /// Why a watch failed, for the warning said once.
@@ -32,35 +70,85 @@ fn failed(failure: Failure) -> Failed {
     }
 }
 
-/// Watches until the stream ends (`Again`) or nobody listens (`Stop`).
-async fn follow(
-    client: &mut Client,
-    name: &str,
-    notices: &mpsc::UnboundedSender<()>,
-) -> Result<Watch, Failed> {
-    let api = client.leases().await.map_err(Failed::from)?;
+/// What a renewal leaves alone: a change to any of it wakes the runner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Shape {
+    holder: Option<String>,
+    duration: Duration,
+    acquired: Option<String>,
+    transitions: i32,
+    owner: Option<String>,
+}
+
+fn shape(lease: Option<&Lease>) -> Option<Shape> {
+    let lease = lease?;
+    let seen = Seen::of(lease);
+    Some(Shape {
+        holder: seen.holder,
+        duration: seen.duration,
+        acquired: seen.acquired.map(|t| t.to_string()),
+        transitions: seen.transitions,
+        owner: annotation(lease, OWNER),
+    })
+}
+
+/// Whether the change from `before` (the last state this watch saw; `None`
+/// before its first event, which the wake-up at its start covers) to
+/// `after` (`None`: deleted) wakes the runner.
+fn wakes(before: Option<&Option<Shape>>, after: &Option<Shape>) -> bool {
+    before.is_some_and(|before| before != after)
+}
+
+/// Watches until the stream ends or goes quiet (`Again`), or nobody
+/// listens (`Stop`).
+async fn follow(f: &mut Follow) -> Result<Watch, Failed> {
+    let outcome = watch_once(f).await;
+    f.observer.lock().set_live(false);
+    outcome
+}
+
+async fn watch_once(f: &mut Follow) -> Result<Watch, Failed> {
+    let api = f.client.leases().await.map_err(Failed::from)?;
     let params = WatchParams::default()
-        .fields(&format!("metadata.name={name}"))
-        .timeout(290);
-    let stream = client.call(api.watch(&params, "0")).await.map_err(failed)?;
+        .fields(&format!("metadata.name={}", f.name))
+        .timeout(f.idle.as_secs() as u32);
+    let stream = f
+        .client
+        .call(api.watch(&params, "0"))
+        .await
+        .map_err(failed)?;
     let mut stream = std::pin::pin!(stream);
-    if notices.send(()).is_err() {
+    if f.notices.send(()).is_err() {
         return Ok(Watch::Stop);
     }
-    let mut holder: Option<Option<String>> = None;
-    while let Some(event) = stream.next().await {
-        let wake = match event.map_err(|e| failed(client.sort(e)))? {
+    let mut last: Option<Option<Shape>> = None;
+    // The server's own end comes at `idle`; a little later, it is not
+    // coming.
+    let quiet = f.idle + Duration::from_secs(5);
+    loop {
+        let event = match tokio::time::timeout(quiet, stream.next()).await {
+            Err(_) => {
+                tracing::debug!(lease = %f.name, "the Lease's watch went quiet; watching again");
+                return Ok(Watch::Again);
+            }
+            Ok(None) => return Ok(Watch::Again),
+            Ok(Some(event)) => event.map_err(|e| failed(f.client.sort(e)))?,
+        };
+        let now = Instant::now();
+        let after = match event {
             WatchEvent::Added(lease) | WatchEvent::Modified(lease) => {
-                let now = Seen::of(&lease).holder;
-                let changed = holder.as_ref() != Some(&now);
-                holder = Some(now.clone());
-                changed
+                let mut observer = f.observer.lock();
+                observer.look(Some(&lease), now);
+                observer.set_live(true);
+                shape(Some(&lease))
             }
-            WatchEvent::Deleted(_) => {
-                holder = None;
-                true
+            WatchEvent::Deleted(lease) => {
+                let mut observer = f.observer.lock();
+                observer.deleted(revision(&lease));
+                observer.set_live(true);
+                None
             }
-            WatchEvent::Bookmark(_) => false,
+            WatchEvent::Bookmark(_) => continue,
             // 410 Gone (compacted), or another error: watch again.
             WatchEvent::Error(status) if status.code == 410 => return Ok(Watch::Again),
             WatchEvent::Error(status) => {
@@ -70,9 +158,57 @@ async fn follow(
                 });
             }
         };
-        if wake && notices.send(()).is_err() {
+        let wake = wakes(last.as_ref(), &after);
+        last = Some(after);
+        if wake && f.notices.send(()).is_err() {
             return Ok(Watch::Stop);
         }
     }
-    Ok(Watch::Again)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::kubernetes::record::{acquisition, release, renewal};
+    use k8s_openapi::jiff::Timestamp;
+
+    #[test]
+    fn every_change_but_a_renewal_wakes() {
+        let t = |s| Timestamp::from_second(s).unwrap();
+        let held = acquisition(None, "job", "a", "d1", 15, t(0));
+        let renewed = renewal(held.clone(), 15, t(5));
+        let shortened = renewal(held.clone(), 1, t(5));
+        let mut cleared = held.clone();
+        cleared.spec.as_mut().unwrap().holder_identity = None;
+        let taken = acquisition(Some(&held), "job", "b", "d2", 15, t(6));
+        let again = acquisition(Some(&held), "job", "a", "d1", 15, t(7));
+        let mut restored_by_another = held.clone();
+        let notes = restored_by_another.metadata.annotations.as_mut().unwrap();
+        notes.insert(OWNER.into(), "d9".into());
+        let s = |l: &Lease| shape(Some(l));
+        // (the state before, or none yet; the state after; wakes)
+        type Row = (Option<Option<Shape>>, Option<Shape>, bool);
+        let rows: &[Row] = &[
+            (None, s(&held), false),
+            (Some(s(&held)), s(&renewed), false),
+            (Some(s(&held)), s(&shortened), true),
+            (Some(s(&held)), s(&cleared), true),
+            (Some(s(&held)), s(&taken), true),
+            (Some(s(&held)), s(&again), true),
+            (Some(s(&held)), s(&restored_by_another), true),
+            (Some(s(&held)), s(&release(held.clone(), t(8))), true),
+            (Some(s(&held)), None, true),
+            (Some(None), s(&held), true),
+        ];
+        for (i, (before, after, wake)) in rows.iter().enumerate() {
+            assert_eq!(wakes(before.as_ref(), after), *wake, "row {i}");
+        }
+    }
+
+    #[test]
+    fn a_quiet_watch_is_replaced_within_bounds() {
+        assert_eq!(idle(Duration::from_secs(2)), Duration::from_secs(10));
+        assert_eq!(idle(Duration::from_secs(15)), Duration::from_secs(60));
+        assert_eq!(idle(Duration::from_secs(600)), Duration::from_secs(290));
+    }
 }

@@ -53,6 +53,16 @@ pub trait Scene {
     fn tolerated_port(&self) -> Option<u16> {
         None
     }
+    /// Writes the lease's record from outside, as an operator or a restore
+    /// would, without deleting it: `pick` chooses among clearing its
+    /// holder, re-pointing it at another candidate (`nemesis` ids are
+    /// `n0`..), shortening its duration and putting back a copy saved at an
+    /// earlier call. `false` where the store keeps no such record to edit
+    /// (not applicable).
+    #[allow(dead_code)] // the nemesis only
+    fn outside(&self, _key: &str, _pick: u64) -> bool {
+        false
+    }
     /// kill -9 of every server process, keeping what the store persists;
     /// `false` when the store has no process (a local file).
     fn crash(&mut self) -> bool {
@@ -828,6 +838,8 @@ pub struct KubeScene {
     /// The candidates' kubeconfig (user `leaderd-candidate`, leaderd's Role).
     kubeconfig: PathBuf,
     frozen: Option<usize>,
+    /// A copy of the Lease, saved at the last outside write, to put back.
+    saved: std::cell::RefCell<Option<serde_json::Value>>,
 }
 
 /// The Lease a test key elects with (the key as a Lease name).
@@ -843,6 +855,7 @@ impl KubeScene {
             kube,
             kubeconfig,
             frozen: None,
+            saved: std::cell::RefCell::new(None),
         })
     }
 
@@ -921,6 +934,24 @@ impl Scene for KubeScene {
     }
     fn delete(&self, key: &str) {
         self.kube.delete_lease(&lease_name(key));
+    }
+    fn outside(&self, key: &str, pick: u64) -> bool {
+        use super::kube::Outside;
+        let name = lease_name(key);
+        let Some(now) = self.kube.lease(&name) else {
+            return false;
+        };
+        let saved = self.saved.replace(Some(now));
+        let write = match (pick >> 8) % 4 {
+            0 => Outside::Clear,
+            1 => Outside::Repoint(format!("c{}", (pick >> 16) % 3)),
+            2 => Outside::Shorten,
+            _ => match saved {
+                Some(old) => Outside::Restore(old),
+                None => Outside::Clear,
+            },
+        };
+        self.kube.outside(&name, &write)
     }
     /// An etcd follower *killed*, not frozen: kube-apiserver's etcd client
     /// keeps sending every third request to a member that holds its

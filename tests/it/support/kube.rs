@@ -31,6 +31,20 @@ pub const USERS: &[&str] = &[
     "no-watch",
 ];
 pub const ADMIN: &str = "admin";
+
+/// What [`Kube::outside`] writes.
+#[derive(Debug, Clone)]
+pub enum Outside {
+    /// `holderIdentity` cleared (`kubectl patch`, a client-go elector's
+    /// stale release).
+    Clear,
+    /// `holderIdentity` set to another candidate.
+    Repoint(String),
+    /// `leaseDurationSeconds` set to 1.
+    Shorten,
+    /// A saved copy of the Lease put back (Velero, an etcd restore).
+    Restore(Value),
+}
 pub const CANDIDATE: &str = "leaderd-candidate";
 
 /// The bearer token of `user` (none for a user not in [`USERS`]).
@@ -291,6 +305,29 @@ impl Kube {
     /// A merge patch of the Lease `name`, as `kubectl patch` sends.
     pub fn patch_lease(&self, name: &str, patch: &Value) {
         self.ok("PATCH", &Self::lease_path(name), Some(patch));
+    }
+
+    /// A write to the Lease `name` from outside, as an operator, a restore
+    /// or a client-go peer makes it (issue #46), in one request: `false`
+    /// when the Lease is absent or changed under it.
+    pub fn outside(&self, name: &str, write: &Outside) -> bool {
+        let path = Self::lease_path(name);
+        let (method, body) = match write {
+            Outside::Clear => ("PATCH", json!({ "spec": { "holderIdentity": null } })),
+            Outside::Repoint(id) => ("PATCH", json!({ "spec": { "holderIdentity": id } })),
+            Outside::Shorten => ("PATCH", json!({ "spec": { "leaseDurationSeconds": 1 } })),
+            Outside::Restore(old) => {
+                // Its spec and annotations over whatever is there now.
+                let Some(now) = self.lease(name) else {
+                    return false;
+                };
+                let mut old = old.clone();
+                old["metadata"]["resourceVersion"] = now["metadata"]["resourceVersion"].clone();
+                ("PUT", old)
+            }
+        };
+        let (code, _) = self.raw_on(0, ADMIN, method, &path, Some(&body));
+        (200..300).contains(&code)
     }
 
     /// kill -9 of every API server and etcd member, data kept.

@@ -1,0 +1,158 @@
+//! The Lease changed by someone else (issue #46), as an operator, a restore
+//! or a client-go peer would: deleted, its holder cleared, re-pointed at
+//! another live candidate, its duration shortened, an old copy put back.
+//! Each scene: a holder with a watch and a child that takes 2 s to stop,
+//! a standby that learns of changes only on its timer (its Role lacks
+//! `watch`) and one with a watch. The holder's term ends, no child starts
+//! while another may still run, and someone leads again.
+
+use super::{Candidate, PATIENCE, logs};
+use crate::support;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use support::backends::lease_name;
+use support::kube::{Kube, Outside};
+use support::{Leaderd, eventually, most_alive, probe_child, probe_events};
+
+/// ttl 4 s: renewals every 1.33 s; the child's 2 s stop fits in the kill
+/// deadline, so every stop is logged.
+const TTL: &str = "4s";
+
+/// A candidate running the probe child, 2 s to stop on SIGTERM; `env`
+/// sets its options.
+fn slow(c: &Candidate, id: &str, log: &Path, env: &[(&str, &str)]) -> Leaderd {
+    let args = [
+        support::path_str(log).to_string(),
+        "--term-delay".into(),
+        "2000".into(),
+    ];
+    c.run_with(id, &probe_child(), &args, env)
+}
+
+fn the_lease(kube: &Kube, name: &str) -> Value {
+    kube.lease(name).expect("the lease")
+}
+
+/// What is done to the Lease: deleted, or written from outside.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    Delete,
+    Clear,
+    Repoint,
+    Shorten,
+    Restore,
+}
+
+/// `fault` done to the Lease `name`; `saved`: a copy of it from earlier.
+fn apply(kube: &Kube, name: &str, fault: Fault, saved: &Value) {
+    let write = match fault {
+        Fault::Delete => return kube.delete_lease(name),
+        Fault::Clear => Outside::Clear,
+        Fault::Repoint => Outside::Repoint("b".into()),
+        Fault::Shorten => Outside::Shorten,
+        Fault::Restore => Outside::Restore(saved.clone()),
+    };
+    assert!(kube.outside(name, &write), "{fault:?} written");
+}
+
+/// Who leads among `nodes`, by id.
+fn leading(nodes: &[&Leaderd]) -> Vec<String> {
+    nodes
+        .iter()
+        .filter(|n| n.is_leader())
+        .map(|n| n.id.clone())
+        .collect()
+}
+
+fn dump(logs: &[PathBuf], nodes: &[&Leaderd]) -> String {
+    let mut out = String::new();
+    for log in logs {
+        out += &std::fs::read_to_string(log).unwrap_or_default();
+    }
+    for node in nodes {
+        out += &node.log().join("\n");
+    }
+    out
+}
+
+#[test]
+fn a_lease_changed_from_outside_ends_its_holders_term_and_starts_nobodys_early() {
+    let kube = Kube::start(1);
+    let no_watch = [json!({
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "update", "patch", "create"],
+    })];
+    kube.role("no-watch", &json!(no_watch), "no-watch");
+    for fault in [
+        Fault::Delete,
+        Fault::Clear,
+        Fault::Shorten,
+        Fault::Repoint,
+        Fault::Restore,
+    ] {
+        let key = support::key(&format!("k8s-outside-{fault:?}").to_lowercase());
+        let name = lease_name(&key);
+        let (_dir, logs) = logs("k8s-outside", 3);
+        let watching = Candidate::on(&kube, &key, TTL);
+        let blind = Candidate {
+            user: "no-watch",
+            ..Candidate::on(&kube, &key, TTL)
+        };
+        let socket = logs[0].with_extension("sock");
+        let socket = support::path_str(&socket).to_string();
+        let admin = [
+            ("LEADERD_ADMIN_SOCKET", socket.as_str()),
+            ("LEADERD_STEP_DOWN_HOLD", "300ms"),
+        ];
+        let a = slow(&watching, "a", &logs[0], &admin);
+        a.wait_leading(PATIENCE);
+        let mut saved = the_lease(&kube, &name);
+        let b = slow(&blind, "b", &logs[1], &[]);
+        let c = slow(&watching, "c", &logs[2], &[]);
+        let nodes = [&a, &b, &c];
+        if let Fault::Restore = fault {
+            // a's term saved, then a steps down and another takes over:
+            // the copy put back names a, with a's own annotations.
+            saved = the_lease(&kube, &name);
+            let (code, out, err) = support::run_to_end(&["step-down", "--admin-socket", &socket]);
+            assert_eq!(code, 0, "{out}{err}");
+            eventually(PATIENCE, "another leader", || {
+                let now = leading(&nodes);
+                (now.len() == 1 && now[0] != "a").then_some(())
+            });
+        }
+        // Both standbys have looked more than once, and the blind one's
+        // next timed look is due soon after the fault.
+        std::thread::sleep(Duration::from_millis(4500));
+        let holder = leading(&nodes);
+        assert_eq!(holder.len(), 1, "{fault:?}: {holder:?}");
+        let holder_log = &logs[["a", "b", "c"]
+            .iter()
+            .position(|i| *i == holder[0])
+            .unwrap()];
+        let child = eventually(PATIENCE, "the holder's child", || {
+            probe_events(holder_log)
+                .into_iter()
+                .rfind(|e| e.kind == "start")
+        });
+        apply(&kube, &name, fault, &saved);
+        // The holder's term ends, its child stops.
+        eventually(PATIENCE, "the holder's child to stop", || {
+            probe_events(holder_log)
+                .into_iter()
+                .find(|e| e.kind == "stop" && e.pid == child.pid)
+        });
+        // Someone leads again, with its child running.
+        eventually(PATIENCE * 2, "a leader again", || {
+            (leading(&nodes).len() == 1).then_some(())
+        });
+        assert!(
+            most_alive(&logs) <= 1,
+            "{fault:?}: two children at once\n{}",
+            dump(&logs, &nodes)
+        );
+        eprintln!("{fault:?}: no overlap; {:?} leads", leading(&nodes));
+    }
+}
