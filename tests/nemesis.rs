@@ -40,7 +40,7 @@ type StartScene = fn() -> Box<dyn Scene>;
 
 /// Every backend the nemesis runs, by the name `--backend` takes, and the
 /// name `leaderd::lease::names()` registers it under.
-const BACKENDS: [(&str, &str, StartScene); 11] = [
+const BACKENDS: &[(&str, &str, StartScene)] = &[
     ("lock-file", "lock-file", LockFileScene::start),
     ("redis", "redis", RedisScene::start),
     ("redis-tls", "redis", RedisScene::start_tls),
@@ -58,6 +58,8 @@ struct Options {
     backends: Vec<String>,
     seconds: u64,
     seed: u64,
+    /// How many seeds, from `seed` on: each a soak of its own.
+    seeds: u64,
     candidates: usize,
     sanity: bool,
     /// Print the schedule the seed gives, and stop.
@@ -67,7 +69,7 @@ struct Options {
 fn usage() -> String {
     let names: Vec<&str> = BACKENDS.iter().map(|b| b.0).collect();
     format!(
-        "usage: scripts/nemesis [--backend NAME]... [--seconds N] [--seed S] [--candidates K] [--sanity] [--plan]\n  backends: {}",
+        "usage: scripts/nemesis [--backend NAME]... [--seconds N] [--seed S] [--seeds N] [--candidates K] [--sanity] [--plan]\n  backends: {}",
         names.join(", ")
     )
 }
@@ -79,6 +81,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         seed: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64 % 1_000_000),
+        seeds: 1,
         candidates: 3,
         sanity: false,
         plan: false,
@@ -102,6 +105,11 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     .parse()
                     .map_err(|e| format!("--seed: {e}"))?
             }
+            "--seeds" => {
+                o.seeds = value("a number")?
+                    .parse()
+                    .map_err(|e| format!("--seeds: {e}"))?
+            }
             "--candidates" => {
                 o.candidates = value("a number")?
                     .parse()
@@ -117,6 +125,9 @@ fn parse(args: &[String]) -> Result<Options, String> {
         if !BACKENDS.iter().any(|b| b.0 == name) {
             return Err(format!("no backend {name:?}\n{}", usage()));
         }
+    }
+    if o.seeds == 0 {
+        return Err("--seeds: at least 1".into());
     }
     if o.candidates < 2 {
         return Err("--candidates: at least 2, or nothing can overlap".into());
@@ -161,9 +172,31 @@ fn main() {
         .filter(|b| options.backends.is_empty() || options.backends.iter().any(|n| n == b.0))
         .collect();
     let mut failed = false;
+    let seeds = options.seed..options.seed + options.seeds;
     for (name, _, start) in chosen {
-        let outcome = run::soak(name, *start, options.seed, length, options.candidates);
-        failed |= !outcome;
+        let mut failing = Vec::new();
+        for seed in seeds.clone() {
+            if !run::soak(name, *start, seed, length, options.candidates) {
+                failing.push(seed);
+            }
+        }
+        if options.seeds > 1 {
+            // One line per backend over every seed: what a long run says.
+            println!(
+                "nemesis: {name} seeds {}..={} seconds={} => {} of {} passed{}",
+                seeds.start,
+                seeds.end - 1,
+                options.seconds,
+                options.seeds as usize - failing.len(),
+                options.seeds,
+                if failing.is_empty() {
+                    String::new()
+                } else {
+                    format!("; FAILED seeds {failing:?}")
+                }
+            );
+        }
+        failed |= !failing.is_empty();
     }
     std::process::exit(i32::from(failed));
 }

@@ -11,9 +11,11 @@
 //! nobody. Only an optimisation for safety: a dropped watch, a 410 Gone or
 //! a compaction costs latency, never safety; each new watch wakes the
 //! runner once, since the lease may have changed while nobody watched.
-//! A watch quiet for longer than a holder could stay quiet (`idle`) is
-//! taken for half-open and replaced; the API server ends a healthy one at
-//! that bound first.
+//! A watch quiet for longer than it could be is taken for half-open and
+//! replaced: while the Lease is held, two thirds of its duration and a
+//! second (its holder renews every third, and steps down at two thirds
+//! when it cannot); while it is not, `idle` and a little, since the API
+//! server ends a healthy watch at `idle` itself.
 
 use super::client::{Client, Failure};
 use super::observe::Shared;
@@ -92,6 +94,18 @@ fn shape(lease: Option<&Lease>) -> Option<Shape> {
     })
 }
 
+/// How long the watch may stay silent after `last` (the state it saw
+/// last, if any) before it is taken for half-open.
+fn quiet(idle: Duration, last: Option<&Option<Shape>>) -> Duration {
+    let server_ends = idle + Duration::from_secs(5);
+    match last {
+        Some(Some(s)) if s.holder.is_some() => {
+            (s.duration * 2 / 3 + Duration::from_secs(1)).min(server_ends)
+        }
+        _ => server_ends,
+    }
+}
+
 /// Whether the change from `before` (the last state this watch saw; `None`
 /// before its first event, which the wake-up at its start covers) to
 /// `after` (`None`: deleted) wakes the runner.
@@ -122,11 +136,9 @@ async fn watch_once(f: &mut Follow) -> Result<Watch, Failed> {
         return Ok(Watch::Stop);
     }
     let mut last: Option<Option<Shape>> = None;
-    // The server's own end comes at `idle`; a little later, it is not
-    // coming.
-    let quiet = f.idle + Duration::from_secs(5);
     loop {
-        let event = match tokio::time::timeout(quiet, stream.next()).await {
+        let silence = quiet(f.idle, last.as_ref());
+        let event = match tokio::time::timeout(silence, stream.next()).await {
             Err(_) => {
                 tracing::debug!(lease = %f.name, "the Lease's watch went quiet; watching again");
                 return Ok(Watch::Again);
@@ -207,8 +219,22 @@ mod tests {
 
     #[test]
     fn a_quiet_watch_is_replaced_within_bounds() {
-        assert_eq!(idle(Duration::from_secs(2)), Duration::from_secs(10));
-        assert_eq!(idle(Duration::from_secs(15)), Duration::from_secs(60));
-        assert_eq!(idle(Duration::from_secs(600)), Duration::from_secs(290));
+        let secs = Duration::from_secs;
+        assert_eq!(idle(secs(2)), secs(10));
+        assert_eq!(idle(secs(15)), secs(60));
+        assert_eq!(idle(secs(600)), secs(290));
+        let t = |s| Timestamp::from_second(s).unwrap();
+        let held = shape(Some(&acquisition(None, "job", "a", "d1", 15, t(0))));
+        let free = shape(Some(&release(
+            acquisition(None, "job", "a", "d1", 15, t(0)),
+            t(1),
+        )));
+        // Held: a renewal is due every 5 s, a step-down at 10 s.
+        assert_eq!(quiet(secs(60), Some(&held)), secs(11));
+        // Not held, deleted, or nothing seen yet: the server ends it first.
+        for last in [Some(&free), Some(&None), None] {
+            assert_eq!(quiet(secs(60), last), secs(65));
+        }
+        assert_eq!(quiet(secs(10), Some(&held)), secs(11));
     }
 }

@@ -156,3 +156,129 @@ fn a_lease_changed_from_outside_ends_its_holders_term_and_starts_nobodys_early()
         eprintln!("{fault:?}: no overlap; {:?} leads", leading(&nodes));
     }
 }
+
+/// One id, two processes: a leaderd holder and a client-go elector started
+/// with its id (the default id is the pod name, as in client-go's
+/// examples). client-go takes a record naming its id as its own and renews
+/// it; leaderd's next renewal finds a record it did not write, ends its
+/// term (its child stopped) and says why, and from then on reports the
+/// Lease held under its own id by another process. Never two leaders in
+/// silence: leaderd stops leading within a TTL, and says so.
+#[test]
+fn a_client_go_elector_with_leaderds_id_ends_leaderds_term_and_is_reported() {
+    let kube = Kube::start(1);
+    let key = support::key("k8s-same-id");
+    let (dir, logs) = logs("k8s-same-id", 2);
+    let c = Candidate::on(&kube, &key, TTL);
+    let node = c.run("pod-0", &logs[0], &[]);
+    node.wait_leading(PATIENCE);
+    let child = eventually(PATIENCE, "leaderd's child", || {
+        probe_events(&logs[0])
+            .into_iter()
+            .find(|e| e.kind == "start")
+    });
+    let probe = probe_child();
+    let elector = super::mixed::Elector::start(
+        &kube,
+        &key,
+        "pod-0",
+        &dir,
+        &[&probe, support::path_str(&logs[1])],
+    );
+    let go_leads = eventually(PATIENCE, "the elector to lead", || elector.leading_since());
+    // leaderd's term ends at its next renewal (every 1.33 s), its child
+    // stopped, and it says why.
+    let stopped = eventually(PATIENCE, "leaderd's child to stop", || {
+        probe_events(&logs[0])
+            .into_iter()
+            .find(|e| e.kind == "stop" && e.pid == child.pid)
+    });
+    let overlap = Duration::from_nanos(stopped.ns.saturating_sub(go_leads) as u64);
+    assert!(
+        overlap < Duration::from_secs(4),
+        "leaderd worked on for {overlap:?} beside the elector"
+    );
+    let said = node.wait_log(
+        PATIENCE,
+        "written under this candidate's id by another process",
+    );
+    assert!(said.contains("ERROR"), "{said}");
+    node.wait_log(
+        PATIENCE,
+        "another candidate holds the lease under this instance's id",
+    );
+    // It does not lead again while the elector renews, and /leader names
+    // the holder it sees under its own id.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(!node.is_leader(), "leaderd took the Lease back");
+    let (_, body) = node.leader().expect("/leader answers");
+    assert_eq!(body["leader"].as_str(), Some("pod-0"), "{body}");
+    assert_eq!(body["duplicate_id"], true, "{body}");
+    assert_eq!(
+        probe_events(&logs[0])
+            .iter()
+            .filter(|e| e.kind == "start")
+            .count(),
+        1,
+        "leaderd's child started again"
+    );
+}
+
+/// A half-open watch: the standby's connections to the API server lose
+/// everything from one moment on and stay open (a NAT or firewall that
+/// forgot them). Its watch is taken for dead when the held Lease's
+/// renewals stop arriving, and replaced; a SIGTERM handover after that is
+/// still a wake-up, not a wait for the standby's timer (a lease duration).
+#[test]
+fn a_half_open_watch_is_replaced_and_a_handover_after_it_is_still_fast() {
+    let kube = Kube::start(1);
+    let key = support::key("k8s-half-open");
+    let (_dir, logs) = logs("k8s-half-open", 2);
+    // ttl 6 s: without its watch the standby would take over up to 6 s
+    // after the release; renewals every 2 s, silence taken for a dead
+    // watch after 5 s.
+    let c = Candidate::on(&kube, &key, "6s");
+    let mut a = c.run("a", &logs[0], &[]);
+    a.wait_leading(PATIENCE);
+    let proxy = support::proxy::Proxy::start(kube.servers[0].port);
+    let direct = kube.kubeconfig(support::kube::CANDIDATE, 0);
+    let text = std::fs::read_to_string(&direct).expect("the kubeconfig");
+    let via = direct.with_extension("proxied");
+    let server = format!("127.0.0.1:{}", kube.servers[0].port);
+    std::fs::write(
+        &via,
+        text.replace(&server, &format!("127.0.0.1:{}", proxy.port)),
+    )
+    .expect("write the kubeconfig");
+    let mut args = c.args(&via);
+    let probe = probe_child();
+    args.extend(
+        [
+            "--log-level",
+            "debug",
+            "--",
+            &probe,
+            support::path_str(&logs[1]),
+        ]
+        .map(String::from),
+    );
+    let http = format!("127.0.0.1:{}", support::free_port());
+    let mut full = vec!["run", "--id", "b", "--http", &http];
+    full.extend(args.iter().map(String::as_str));
+    let b = Leaderd::attach("b", &http, support::spawn_with_env(&full, &[]));
+    b.wait_log(PATIENCE, "lease held by another candidate");
+    proxy.blackhole();
+    b.wait_log(PATIENCE, "the Lease's watch went quiet");
+    // The new watch is on a new connection, which the proxy carries.
+    std::thread::sleep(Duration::from_millis(500));
+    let released = std::time::Instant::now();
+    a.signal("TERM");
+    b.wait_leading(PATIENCE);
+    let took = released.elapsed();
+    assert!(a.wait_exit(PATIENCE).success());
+    assert!(
+        took < Duration::from_secs(3),
+        "the standby took over {took:?} after the release: its watch was not replaced"
+    );
+    assert!(most_alive(&logs) <= 1, "two children at once");
+}

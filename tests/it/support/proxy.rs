@@ -3,7 +3,9 @@
 //! current target; connections already made stay where they were. Frozen,
 //! it is a partition: connections stay open and nothing crosses. Slowed, it
 //! holds every chunk back before passing it on (latency); reset, it closes
-//! every connection it carries (a middlebox or a server dropping them).
+//! every connection it carries (a middlebox or a server dropping them);
+//! blackholed, the connections it carries lose everything from then on
+//! while new ones work (half-open: a NAT or firewall that forgot them).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -25,6 +27,8 @@ struct Links {
     delay: Arc<AtomicU64>,
     /// Both ends of every connection carried, for [`Proxy::reset`].
     open: Arc<Mutex<Vec<TcpStream>>>,
+    /// Each connection's "drop everything" switch, for [`Proxy::blackhole`].
+    dead: Arc<Mutex<Vec<Arc<AtomicBool>>>>,
 }
 
 fn wait_thawed(frozen: &AtomicBool) {
@@ -55,13 +59,19 @@ impl Proxy {
                     if let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) {
                         shared.open.lock().unwrap().extend([c, s]);
                     }
+                    let dead = Arc::new(AtomicBool::new(false));
+                    shared.dead.lock().unwrap().push(dead.clone());
+                    let link = Link {
+                        frozen: ice,
+                        delay: shared.delay,
+                        dead,
+                    };
                     pipe(
                         client.try_clone().expect("clone"),
                         server.try_clone().expect("clone"),
-                        ice.clone(),
-                        shared.delay.clone(),
+                        link.clone(),
                     );
-                    pipe(server, client, ice, shared.delay);
+                    pipe(server, client, link);
                 });
             }
         });
@@ -89,6 +99,15 @@ impl Proxy {
         }
     }
 
+    /// Every connection carried so far drops what it carries from now on,
+    /// both ways, and stays open: neither end learns of it but by silence.
+    /// New connections are carried as before.
+    pub fn blackhole(&self) {
+        for dead in self.links.dead.lock().unwrap().drain(..) {
+            dead.store(true, Ordering::SeqCst);
+        }
+    }
+
     /// A partition: nothing crosses until [`Proxy::thaw`]; connections stay
     /// open, so neither side learns of it but by silence.
     pub fn freeze(&self) {
@@ -109,10 +128,23 @@ impl Proxy {
     }
 }
 
+/// One connection's switches.
+#[derive(Clone)]
+struct Link {
+    frozen: Arc<AtomicBool>,
+    delay: Arc<AtomicU64>,
+    dead: Arc<AtomicBool>,
+}
+
 /// Copies `from` to `to` until either side closes: a reader thread stamps
 /// each chunk with when it may cross, a writer thread passes it on then, so
 /// a delay is latency (chunks in flight overlap), not a slower link.
-fn pipe(mut from: TcpStream, mut out: TcpStream, frozen: Arc<AtomicBool>, delay: Arc<AtomicU64>) {
+fn pipe(mut from: TcpStream, mut out: TcpStream, link: Link) {
+    let Link {
+        frozen,
+        delay,
+        dead,
+    } = link;
     let (chunks, due) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
     let ice = frozen.clone();
     std::thread::spawn(move || {
@@ -123,6 +155,9 @@ fn pipe(mut from: TcpStream, mut out: TcpStream, frozen: Arc<AtomicBool>, delay:
             }
             // Read just before a freeze: held back until the thaw.
             wait_thawed(&ice);
+            if dead.load(Ordering::SeqCst) {
+                continue;
+            }
             if out.write_all(&chunk).is_err() {
                 break;
             }
