@@ -13,6 +13,12 @@
 //! so the larger of the waiter's own TTL and the duration the holder's
 //! record carried, counted from the first sight of the vacancy, is enough.
 //!
+//! A store that deletes expired records itself (etcd leases, Redis `PX`,
+//! ZooKeeper ephemerals) must still let a waiter see a crashed holder's
+//! record expired while it is there, or crash takeover would wait a TTL
+//! more: each backend says how (etcd: a lease that outlives its term's
+//! logical expiry by a grace).
+//!
 //! This module is the pure part: what a waiter remembers of the terms it
 //! saw, and the verdict on a vacancy. Backends feed it what their store
 //! tells (the term's token, a record seen past its expiry).
@@ -27,10 +33,6 @@ use tokio::time::Instant;
 pub(crate) struct Vacancies {
     /// A term whose record a look found still there after its expiry.
     expired: Option<u64>,
-    /// The term last seen held, and the earliest instant its lease could
-    /// have expired by itself, from the store's own count (etcd only: see
-    /// [`Vacancies::saw_held`]).
-    seen: Option<(u64, Instant)>,
     /// The unannounced vacancy of a term: first seen at this instant.
     vacant: Option<(u64, Instant)>,
 }
@@ -52,26 +54,12 @@ impl Vacancies {
         self.expired = Some(term);
     }
 
-    /// The lease of `term` was seen held, and the store itself counts its
-    /// expiry (an etcd lease): it cannot be gone by expiry before
-    /// `earliest_expiry`. Weaker than [`Vacancies::saw_expired`]: a lease
-    /// revoked from outside after a renewal this waiter did not see is
-    /// judged expired; etcd keeps it until its records can show a logical
-    /// expiry while present (docs/backends.md, "Changed from outside").
-    pub(crate) fn saw_held(&mut self, term: u64, earliest_expiry: Instant) {
-        self.seen = Some((term, earliest_expiry));
-    }
-
     /// The lease, last held in `term`, is vacant and nobody announced its
     /// release. Free when a look found that term's record present past its
     /// expiry; otherwise `wait` (the larger of this waiter's TTL and the
     /// duration the term's record carried) after the vacancy was first seen.
     pub(crate) fn judge(&mut self, term: u64, now: Instant, wait: Duration) -> Verdict {
-        if self.expired == Some(term)
-            || self
-                .seen
-                .is_some_and(|(seen, expiry)| seen == term && now >= expiry)
-        {
+        if self.expired == Some(term) {
             return Verdict::Free;
         }
         let since = match self.vacant {
@@ -137,15 +125,5 @@ mod tests {
         // A longer duration carried by the record is waited out in full.
         let mut v = Vacancies::default();
         assert_eq!(v.judge(5, t0, 15 * TTL), Verdict::Wait(15 * TTL));
-    }
-
-    #[test]
-    fn a_store_counted_expiry_frees_a_vacancy_after_it() {
-        let t0 = Instant::now();
-        let mut v = Vacancies::default();
-        v.saw_held(7, t0 + 1500 * MS);
-        assert_eq!(v.judge(7, t0 + 100 * MS, TTL), Verdict::Wait(TTL));
-        assert_eq!(v.judge(7, t0 + 1500 * MS, TTL), Verdict::Free);
-        assert_eq!(v.judge(8, t0 + 1500 * MS, TTL), Verdict::Wait(TTL));
     }
 }

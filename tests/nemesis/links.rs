@@ -74,14 +74,14 @@ fn rewrite(arg: &str, map: &BTreeMap<u16, u16>) -> String {
 }
 
 impl Links {
-    /// Proxies for each of `k` candidates to every address in `args`.
-    pub fn new(args: &[String], k: usize) -> Links {
-        let targets = ports(args);
+    /// Proxies for each candidate to every address in its own flags.
+    pub fn each(per: &[Vec<String>]) -> Links {
         let mut links = Links {
             proxies: Vec::new(),
             args: Vec::new(),
         };
-        for _ in 0..k {
+        for args in per {
+            let targets = ports(args);
             let proxies: Vec<Proxy> = targets.iter().map(|&t| Proxy::start(t)).collect();
             let map: BTreeMap<u16, u16> = targets
                 .iter()

@@ -59,6 +59,12 @@ impl Fleet {
     /// `k` candidates on the store `args` select, each through its own
     /// proxies ([`Links`]), their children sharing the lock `exclusive`.
     pub fn start(args: Vec<String>, dir: &Path, exclusive: &Path, k: usize) -> Fleet {
+        Fleet::start_each(vec![args; k], dir, exclusive)
+    }
+
+    /// [`Fleet::start`] with each candidate's own flags (`per[i]`).
+    pub fn start_each(per: Vec<Vec<String>>, dir: &Path, exclusive: &Path) -> Fleet {
+        let k = per.len();
         let logs: Vec<PathBuf> = (0..k).map(|i| dir.join(format!("c{i}.probe"))).collect();
         let mut fleet = Fleet {
             nodes: (0..k).map(|_| None).collect(),
@@ -66,7 +72,7 @@ impl Fleet {
             exclusive: exclusive.to_path_buf(),
             retired: Vec::new(),
             ports: Ports::default(),
-            links: Links::new(&args, k),
+            links: Links::each(&per),
             workers: (0..k).map(|_| Worker::start(Mode::Healthy)).collect(),
         };
         fleet.ports = std::sync::Arc::new(std::sync::Mutex::new(vec![0; k]));
@@ -92,6 +98,11 @@ impl Fleet {
             "--",
             &probe,
             support::path_str(&self.logs[i]),
+            // A child that takes a moment to stop, as real workers do: a
+            // term that ends without a release overlaps a successor that
+            // starts early by that much, so C1 sees it.
+            "--term-delay",
+            "500",
             "--exclusive",
             support::path_str(&self.exclusive),
         ]);
@@ -298,9 +309,14 @@ pub fn soak(
     let mut scene = start();
     let key = format!("nemesis-{seed}");
     let dir = support::Scratch::new(&format!("nemesis-{name}-{}", support::os::below(1 << 30)));
-    let mut args = scene.args(&key);
-    args.extend(["--ttl", "2s", "--retry-interval", "300ms"].map(String::from));
-    let mut fleet = Fleet::start(args, &dir, &dir.join("exclusive"), k);
+    let per = (0..k)
+        .map(|i| {
+            let mut args = scene.candidate_args(&key, i);
+            args.extend(["--ttl", "2s", "--retry-interval", "300ms"].map(String::from));
+            args
+        })
+        .collect();
+    let mut fleet = Fleet::start_each(per, &dir, &dir.join("exclusive"));
     let recorder = Recorder::start(fleet.ports.clone(), dir.to_path_buf());
     let plan = plan(seed, length);
     // Events in time order: each fault's beginning and, if it lasts, its end.

@@ -8,6 +8,16 @@
 //! and writes the release record in one transaction, then revokes the lease,
 //! so the next candidate, which watches the key, wins at once.
 //!
+//! A key bound to an etcd lease vanishes when the lease expires — and when
+//! someone revokes it or deletes the key — so a vanished key proves nothing
+//! about its holder (the contract's vacancy rule). The etcd lease therefore
+//! lives twice the TTL: the term is over by leaderd's count after the
+//! first (a *logical* expiry, `lease remaining < grace`), and for the
+//! second the key is still there, seen expired. A waiter that sees that
+//! takes the key over at once (a transaction on the key's mod revision),
+//! so a crashed holder is taken over at its TTL as before; a key that
+//! vanished without such a sight waits out the vacancy rule.
+//!
 //! Every acquisition is a new term with a new revision, also when the key
 //! still holds an earlier term of ours (a release that failed while etcd was
 //! down, and etcd restored our lease when it came back): that key is written
@@ -57,6 +67,18 @@ pub struct EtcdLease {
     vacancies: Vacancies,
     registry: registry::Registry,
 }
+
+/// What a look at another holder's etcd lease found.
+enum Sighting {
+    /// Held: wait (when known) this long for its logical expiry.
+    Held(Acquire),
+    /// Still there past its logical expiry: its holder stopped renewing.
+    Expired,
+}
+
+/// How soon a waiter looks again when the lease it saw is in its last
+/// second before its logical expiry (etcd counts whole seconds).
+const LAST_SECOND_POLL: Duration = Duration::from_millis(100);
 
 /// Nobody: a vacancy's or a missing holder's [`Holder`].
 fn nobody() -> Holder {
@@ -109,8 +131,15 @@ impl EtcdLease {
         (ms + 999) / 1000
     }
 
+    /// How long an etcd lease outlives its term's logical expiry, so that a
+    /// holder that stopped renewing is seen expired while its key is still
+    /// there: a TTL (a waiter's timed look comes well within it).
+    fn grace_secs(&self) -> i64 {
+        self.ttl_secs()
+    }
+
     async fn grant(&mut self) -> Result<i64, Error> {
-        let ttl = self.ttl_secs();
+        let ttl = self.ttl_secs() + self.grace_secs();
         let reply = self
             .client
             .call("lease/grant", &json!({ "TTL": ttl }))
@@ -181,16 +210,26 @@ impl EtcdLease {
         (ttl >= 0).then(|| Duration::from_secs(ttl as u64))
     }
 
-    /// Someone else's lease, seen held: remember when it could expire.
-    async fn held(&mut self, holder: Holder, token: i64, lease: i64) -> Acquire {
-        let asked = Instant::now();
-        let expires_in = self.time_to_live(lease).await;
-        if let Some(left) = expires_in {
-            // etcd truncates the remaining TTL to whole seconds, so the real
-            // expiry is no earlier than this.
-            self.vacancies.saw_held(token as u64, asked + left);
+    /// Someone else's lease: held until its logical expiry, or seen past
+    /// it while its key is still there. etcd truncates the remaining TTL
+    /// to whole seconds, so a reading below the grace proves the real
+    /// remaining time is too: the term is over by the holder's own count.
+    async fn held(&mut self, holder: Holder, token: i64, lease: i64) -> Sighting {
+        let Some(left) = self.time_to_live(lease).await else {
+            return Sighting::Held(Acquire::Held {
+                holder,
+                expires_in: None,
+            });
+        };
+        let grace = Duration::from_secs(self.grace_secs() as u64);
+        if left < grace {
+            self.vacancies.saw_expired(token as u64);
+            return Sighting::Expired;
         }
-        Acquire::Held { holder, expires_in }
+        Sighting::Held(Acquire::Held {
+            holder,
+            expires_in: Some((left - grace).max(LAST_SECOND_POLL)),
+        })
     }
 
     /// The leader key is gone: free, unless its last term went without an
@@ -206,14 +245,18 @@ impl EtcdLease {
             id: term.id.clone(),
             fencing_token: Some(term.token as u64),
         };
-        // Its lease still alive: deleted from outside, and its holder keeps
-        // working until it notices (then lets the lease expire).
-        if self.time_to_live(term.lease).await.is_some() {
-            return Some(self.held(holder, term.token, term.lease).await);
+        // Its lease still alive: the key deleted from outside, and its
+        // holder keeps working until it notices — unless the lease is past
+        // its logical expiry (then its holder has stopped).
+        if let Sighting::Held(held) = self.held(holder.clone(), term.token, term.lease).await
+            && !matches!(held, Acquire::Held { expires_in: None, .. })
+        {
+            return Some(held);
         }
+        let wait = self.timing.ttl;
         match self
             .vacancies
-            .judge(term.token as u64, Instant::now(), self.timing.ttl)
+            .judge(term.token as u64, Instant::now(), wait)
         {
             Verdict::Free => None,
             Verdict::Wait(left) => Some(Acquire::Held {
@@ -254,6 +297,17 @@ impl EtcdLease {
         self.client.call("kv/txn", &txn).await
     }
 
+    /// Writes the leader key as ours, bound to `lease`, if it is still at
+    /// `revision`: another holder's key seen past its logical expiry.
+    async fn take_over(&mut self, lease: i64, revision: i64) -> Result<Value, Error> {
+        let key = b64(self.keys.leader.as_bytes());
+        let txn = json!({
+            "compare": [{ "target": "MOD", "key": key, "mod_revision": revision.to_string() }],
+            "success": self.puts(lease),
+        });
+        self.client.call("kv/txn", &txn).await
+    }
+
     /// Writes our leader key again, if it is still at `revision` and bound
     /// to `lease`: a new term of a key we already held.
     async fn rewrite(&mut self, lease: i64, revision: i64) -> Result<Value, Error> {
@@ -285,7 +339,7 @@ impl LeaseBackend for EtcdLease {
             return Vec::new();
         }
         vec![format!(
-            "etcd grants leases in whole seconds: the lease on etcd lives {} s for a ttl of {ms} ms (leaderd still counts its own validity from the ttl)",
+            "etcd grants leases in whole seconds: a term lasts {} s on etcd for a ttl of {ms} ms (leaderd still counts its own validity from the ttl)",
             self.ttl_secs()
         )]
     }
@@ -294,9 +348,15 @@ impl LeaseBackend for EtcdLease {
         // A waiter's look: a read first, so a held key costs no lease grant
         // and revoke.
         let look = self.look().await?;
+        // Another holder's key, seen past its logical expiry: the key it
+        // was at, to take over.
+        let mut expired = None;
         match &look.current {
             Some(c) if Some(c.lease) != self.lease => {
-                return Ok(self.held(c.holder.clone(), c.revision, c.lease).await);
+                match self.held(c.holder.clone(), c.revision, c.lease).await {
+                    Sighting::Held(held) => return Ok(held),
+                    Sighting::Expired => expired = Some((c.revision, c.lease)),
+                }
             }
             Some(_) => {}
             None => {
@@ -319,6 +379,20 @@ impl LeaseBackend for EtcdLease {
             None => self.grant().await?,
         };
         self.lease = Some(lease);
+        if let Some((revision, theirs)) = expired {
+            let reply = self.take_over(lease, revision).await?;
+            if reply["succeeded"].as_bool() == Some(true) {
+                // Its key is ours now; its lease would only linger.
+                self.revoke(theirs).await;
+                return Ok(self.won(int(&reply["header"], "revision"), sent_at));
+            }
+            // Written meanwhile (renewed keys are not rewritten, so by a
+            // new term, or deleted): look again at once.
+            return Ok(Acquire::Held {
+                holder: nobody(),
+                expires_in: Some(Duration::ZERO),
+            });
+        }
         let reply = self.create(lease).await?;
         if reply["succeeded"].as_bool() == Some(true) {
             return Ok(self.won(int(&reply["header"], "revision"), sent_at));
@@ -339,9 +413,19 @@ impl LeaseBackend for EtcdLease {
         if current.lease != lease {
             self.revoke(lease).await;
             self.lease = None;
-            return Ok(self
-                .held(current.holder, current.revision, current.lease)
-                .await);
+            return Ok(
+                match self
+                    .held(current.holder, current.revision, current.lease)
+                    .await
+                {
+                    Sighting::Held(held) => held,
+                    // Seen expired just now: the next look takes it over.
+                    Sighting::Expired => Acquire::Held {
+                        holder: nobody(),
+                        expires_in: Some(Duration::ZERO),
+                    },
+                },
+            );
         }
         if current.revision > self.spent {
             // Our earlier attempt won after all; its token was never handed out.
@@ -415,7 +499,11 @@ impl LeaseBackend for EtcdLease {
         let Some(current) = self.read().await? else {
             return Ok(Peek::default());
         };
-        let expires_in = self.time_to_live(current.lease).await;
+        let grace = Duration::from_secs(self.grace_secs() as u64);
+        let expires_in = self
+            .time_to_live(current.lease)
+            .await
+            .map(|left| left.saturating_sub(grace));
         Ok(Peek {
             holder: Some(current.holder),
             expires_in,

@@ -11,6 +11,14 @@ pub trait Scene {
     fn name(&self) -> &'static str;
     /// The flags that select this backend for `key` (`run`, `status`, `check`).
     fn args(&self, key: &str) -> Vec<String>;
+    /// The flags of the nemesis's candidate `i`: [`Scene::args`], unless
+    /// the scene gives some candidates another way in (on Kubernetes the
+    /// first has a Role without `watch`, so it learns of changes only on
+    /// its timer).
+    #[allow(dead_code)] // the nemesis only
+    fn candidate_args(&self, key: &str, _i: usize) -> Vec<String> {
+        self.args(key)
+    }
     /// How long the lease may still stand after its holder was SIGKILLed:
     /// `None` when the backend frees it at once (the kernel drops a lock).
     fn remaining(&self, key: &str) -> Option<Duration>;
@@ -851,6 +859,14 @@ impl KubeScene {
     fn with(members: usize) -> Box<dyn Scene> {
         let kube = super::kube::Kube::start(members);
         let kubeconfig = kube.kubeconfig(super::kube::CANDIDATE, 0);
+        // leaderd's Role without `watch`, on every Lease: a candidate that
+        // learns of changes only on its timer (`candidate_args`).
+        let blind = serde_json::json!([{
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "update", "patch", "create"],
+        }]);
+        kube.role("no-watch", &blind, "no-watch");
         Box::new(KubeScene {
             kube,
             kubeconfig,
@@ -934,6 +950,14 @@ impl Scene for KubeScene {
     }
     fn delete(&self, key: &str) {
         self.kube.delete_lease(&lease_name(key));
+    }
+    fn candidate_args(&self, key: &str, i: usize) -> Vec<String> {
+        let mut args = self.args(key);
+        if i == 0 {
+            let blind = self.kube.kubeconfig("no-watch", 0);
+            args[3] = super::path_str(&blind).to_string();
+        }
+        args
     }
     fn outside(&self, key: &str, pick: u64) -> bool {
         use super::kube::Outside;

@@ -250,7 +250,10 @@ pub fn remaining(etcd: &Etcd, key: &str) -> Duration {
     };
     let ttl = etcd.ctl_ok(&["lease", "timetolive", &format!("{lease:x}"), "-w", "json"]);
     let ttl: serde_json::Value = serde_json::from_str(&ttl).unwrap_or_default();
-    Duration::from_secs(ttl["ttl"].as_i64().unwrap_or(0).max(0) as u64)
+    // leaderd grants twice the TTL and counts the term over after the
+    // first half (its logical expiry; the key stays, seen expired).
+    let left = ttl["ttl"].as_i64().unwrap_or(0) - ttl["granted-ttl"].as_i64().unwrap_or(0) / 2;
+    Duration::from_secs(left.max(0) as u64)
 }
 
 /// The lease the leader key of election `key` is bound to, in hex.
