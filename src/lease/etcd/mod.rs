@@ -8,15 +8,9 @@
 //! and writes the release record in one transaction, then revokes the lease,
 //! so the next candidate, which watches the key, wins at once.
 //!
-//! A key bound to an etcd lease vanishes when the lease expires — and when
-//! someone revokes it or deletes the key — so a vanished key proves nothing
-//! about its holder (the contract's vacancy rule). The etcd lease therefore
-//! lives twice the TTL: the term is over by leaderd's count after the
-//! first (a *logical* expiry, `lease remaining < grace`), and for the
-//! second the key is still there, seen expired. A waiter that sees that
-//! takes the key over at once (a transaction on the key's mod revision),
-//! so a crashed holder is taken over at its TTL as before; a key that
-//! vanished without such a sight waits out the vacancy rule.
+//! The etcd lease lives twice the TTL, so a crashed holder's key is seen
+//! expired while it is still there and a revoked one is never taken for an
+//! expired one (`expiry.rs`).
 //!
 //! Every acquisition is a new term with a new revision, also when the key
 //! still holds an earlier term of ours (a release that failed while etcd was
@@ -30,6 +24,7 @@
 mod check;
 mod client;
 pub mod config;
+mod expiry;
 mod registry;
 mod term;
 mod wake;
@@ -41,10 +36,11 @@ use crate::lease::contract::{
     Acquire, BackendEntry, Common, Error, Holder, LeaseBackend, Peek, Renew,
 };
 use crate::lease::registry::Record;
-use crate::lease::vacancy::{Vacancies, Verdict};
+use crate::lease::vacancy::Vacancies;
 use crate::timing::Timing;
 use client::{Client, b64, int};
 use config::EtcdConfig;
+use expiry::Sighting;
 use serde_json::{Value, json};
 use std::time::Duration;
 use term::{Current, Keys, Look};
@@ -67,18 +63,6 @@ pub struct EtcdLease {
     vacancies: Vacancies,
     registry: registry::Registry,
 }
-
-/// What a look at another holder's etcd lease found.
-enum Sighting {
-    /// Held: wait (when known) this long for its logical expiry.
-    Held(Acquire),
-    /// Still there past its logical expiry: its holder stopped renewing.
-    Expired,
-}
-
-/// How soon a waiter looks again when the lease it saw is in its last
-/// second before its logical expiry (etcd counts whole seconds).
-const LAST_SECOND_POLL: Duration = Duration::from_millis(100);
 
 /// Nobody: a vacancy's or a missing holder's [`Holder`].
 fn nobody() -> Holder {
@@ -129,13 +113,6 @@ impl EtcdLease {
     fn ttl_secs(&self) -> i64 {
         let ms = self.timing.ttl_ms() as i64;
         (ms + 999) / 1000
-    }
-
-    /// How long an etcd lease outlives its term's logical expiry, so that a
-    /// holder that stopped renewing is seen expired while its key is still
-    /// there: a TTL (a waiter's timed look comes well within it).
-    fn grace_secs(&self) -> i64 {
-        self.ttl_secs()
     }
 
     async fn grant(&mut self) -> Result<i64, Error> {
@@ -208,62 +185,6 @@ impl EtcdLease {
             .ok()?;
         let ttl = int(&reply, "TTL");
         (ttl >= 0).then(|| Duration::from_secs(ttl as u64))
-    }
-
-    /// Someone else's lease: held until its logical expiry, or seen past
-    /// it while its key is still there. etcd truncates the remaining TTL
-    /// to whole seconds, so a reading below the grace proves the real
-    /// remaining time is too: the term is over by the holder's own count.
-    async fn held(&mut self, holder: Holder, token: i64, lease: i64) -> Sighting {
-        let Some(left) = self.time_to_live(lease).await else {
-            return Sighting::Held(Acquire::Held {
-                holder,
-                expires_in: None,
-            });
-        };
-        let grace = Duration::from_secs(self.grace_secs() as u64);
-        if left < grace {
-            self.vacancies.saw_expired(token as u64);
-            return Sighting::Expired;
-        }
-        Sighting::Held(Acquire::Held {
-            holder,
-            expires_in: Some((left - grace).max(LAST_SECOND_POLL)),
-        })
-    }
-
-    /// The leader key is gone: free, unless its last term went without an
-    /// announced release and its holder may still be working (the
-    /// contract's vacancy rule).
-    async fn vacancy(&mut self, look: &Look) -> Option<Acquire> {
-        let term = look.term.as_ref().filter(|t| !t.released)?;
-        if term.token == self.spent || self.lease == Some(term.lease) {
-            // Our own term: our work has stopped, or we would not be here.
-            return None;
-        }
-        let holder = Holder {
-            id: term.id.clone(),
-            fencing_token: Some(term.token as u64),
-        };
-        // Its lease still alive: the key deleted from outside, and its
-        // holder keeps working until it notices — unless the lease is past
-        // its logical expiry (then its holder has stopped).
-        if let Sighting::Held(held) = self.held(holder.clone(), term.token, term.lease).await
-            && !matches!(held, Acquire::Held { expires_in: None, .. })
-        {
-            return Some(held);
-        }
-        let wait = self.timing.ttl;
-        match self
-            .vacancies
-            .judge(term.token as u64, Instant::now(), wait)
-        {
-            Verdict::Free => None,
-            Verdict::Wait(left) => Some(Acquire::Held {
-                holder,
-                expires_in: Some(left),
-            }),
-        }
     }
 
     fn won(&mut self, token: i64, sent_at: Instant) -> Acquire {

@@ -29,6 +29,7 @@
 mod check;
 mod client;
 pub mod config;
+mod judge;
 mod observe;
 mod record;
 mod registry;
@@ -39,7 +40,7 @@ use crate::lease::contract::{
     Acquire, BackendEntry, Common, Error, Holder, LeaseBackend, Peek, Renew, Wakeups, open_as,
 };
 use crate::lease::registry::Record;
-use crate::lease::vacancy::{Vacancies, Verdict};
+use crate::lease::vacancy::Vacancies;
 use crate::timing::Timing;
 use client::{Client, Failure};
 use config::KubernetesConfig;
@@ -154,74 +155,6 @@ impl KubeLease {
         let current = self.client.get(&self.name).await?;
         self.observer.lock().look(current.as_ref(), Instant::now());
         Ok(current)
-    }
-
-    /// What a waiter on a healthy watch knows without reading: another
-    /// holder's record, seen since the watch (re)started, not yet expired.
-    fn watched(&self) -> Option<Acquire> {
-        let observer = self.observer.lock();
-        if !observer.live() {
-            return None;
-        }
-        let left = observer.left(Instant::now(), self.timing.ttl)?;
-        let sight = observer.present()?;
-        if left.is_zero() || self.is_ours(&sight.lease) {
-            return None;
-        }
-        Some(Acquire::Held {
-            holder: self.holder_of(&sight.lease),
-            expires_in: Some(left),
-        })
-    }
-
-    /// The Lease absent, or its holder cleared by someone other than the
-    /// holder: free, unless a term may still be at work (the contract's
-    /// vacancy rule). `cleared`: the record without a holder, when present.
-    async fn vacancy(&mut self, cleared: Option<&Lease>) -> Result<Option<Acquire>, Error> {
-        let last_held = {
-            let observer = self.observer.lock();
-            observer.last_held().map(|s| {
-                let wait = observer.wait_for(&s.seen, self.timing.ttl);
-                (s.seen.clone(), wait)
-            })
-        };
-        if let Some(lease) = cleared
-            && record::announced_release(lease, last_held.as_ref().map(|(s, _)| s))
-        {
-            return Ok(None);
-        }
-        if last_held
-            .as_ref()
-            .is_some_and(|(s, _)| Some(s.term()) == self.mine)
-        {
-            return Ok(None);
-        }
-        // A holder this candidate saw; else one the registry says leads (a
-        // candidate that never saw it); else the cleared record itself.
-        let leading = match &last_held {
-            Some(_) => None,
-            None => self.registry.leading(&mut self.client).await?,
-        };
-        let ttl = self.timing.ttl;
-        let (id, token, term, wait) = match (last_held, leading, cleared) {
-            (Some((seen, wait)), _, _) => (seen.holder.clone(), None, seen.term(), wait),
-            (None, Some((id, token)), _) => (Some(id), Some(token), token, ttl),
-            (None, None, Some(lease)) => {
-                let seen = Seen::of(lease);
-                (None, None, seen.term(), seen.duration.max(ttl))
-            }
-            (None, None, None) => return Ok(None),
-        };
-        match self.vacancies.judge(term, Instant::now(), wait) {
-            Verdict::Free => Ok(None),
-            Verdict::Wait(left) => Ok(Some(Acquire::Held {
-                holder: Holder {
-                    id,
-                    fencing_token: token,
-                },
-                expires_in: Some(left),
-            })),
-        }
     }
 
     /// Our write landed at `written`: a new term, its token above our floor.
