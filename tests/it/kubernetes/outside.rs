@@ -282,3 +282,54 @@ fn a_half_open_watch_is_replaced_and_a_handover_after_it_is_still_fast() {
     );
     assert!(most_alive(&logs) <= 1, "two children at once");
 }
+
+/// A holder killed (SIGKILL): a standby on a watch has seen every renewal
+/// as it came, so it takes over a lease duration after the holder's last
+/// renewal (by the renewal's `renewTime` and the taker's `acquireTime`, both
+/// written on this host's clock), never before it, and not a duration after
+/// its own last timed read (up to two durations, before #46). Printed for
+/// the closing figures; asserted with room for a loaded machine.
+#[test]
+fn a_crashed_holder_is_taken_over_a_duration_after_its_last_renewal() {
+    let kube = Kube::start(1);
+    let key = support::key("k8s-crash");
+    let name = lease_name(&key);
+    let (_dir, logs) = logs("k8s-crash", 4);
+    let c = Candidate::on(&kube, &key, TTL);
+    let time = |l: &Value, field: &str| {
+        humantime::parse_rfc3339(l["spec"][field].as_str().expect(field)).expect("RFC 3339")
+    };
+    let mut nodes: Vec<Leaderd> = (0..2)
+        .map(|i| c.run(&format!("k{i}"), &logs[i], &[]))
+        .collect();
+    let mut took = Vec::new();
+    for next in 2..5 {
+        let (leader, _) = support::the_leader(&nodes, PATIENCE);
+        // Let the standby see a few renewals.
+        std::thread::sleep(Duration::from_millis(2500));
+        nodes[leader].signal("KILL");
+        nodes[leader].wait_exit(PATIENCE);
+        let dead = nodes.remove(leader);
+        let last = time(&the_lease(&kube, &name), "renewTime");
+        nodes[0].wait_leading(PATIENCE);
+        let taken = the_lease(&kube, &name);
+        assert_ne!(taken["spec"]["holderIdentity"], dead.id.as_str());
+        let after = time(&taken, "acquireTime")
+            .duration_since(last)
+            .expect("taken after the last renewal");
+        eprintln!("crash takeover {after:?} after the last renewal (lease 4 s)");
+        assert!(
+            after >= Duration::from_secs(4),
+            "taken over early: {after:?}"
+        );
+        // 1.5 s of room for a loaded machine; a standby that dated the
+        // record at its own timed read took 6.7 s here before #46.
+        assert!(
+            after < Duration::from_millis(5500),
+            "taken over late: {after:?}"
+        );
+        took.push(after);
+        nodes.push(c.run(&format!("k{next}"), &logs[next % 4], &[]));
+    }
+    eprintln!("crash takeovers after the last renewal: {took:?}");
+}
