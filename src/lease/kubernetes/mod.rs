@@ -204,7 +204,8 @@ impl KubeLease {
                     return Ok(Some(wait));
                 }
                 if seen.holder.is_some() && !ours {
-                    let left = self.observer.lock().left(Instant::now(), self.timing.ttl);
+                    let now = Instant::now();
+                    let left = self.observer.lock().left_of(&seen, now, self.timing.ttl);
                     match left {
                         Some(left) if !left.is_zero() => {
                             return Ok(Some(Acquire::Held {
@@ -214,7 +215,10 @@ impl KubeLease {
                         }
                         // Still there past its expiry: its holder stopped
                         // renewing, so a delete of it now frees it at once.
-                        _ => self.vacancies.saw_expired(seen.term()),
+                        Some(_) => self.vacancies.saw_expired(seen.term()),
+                        // The watch has seen it change since this read (a
+                        // renewal, a delete): judge nothing of it, look again.
+                        None => return Ok(None),
                     }
                 }
                 // Free (released, or expired by our clock), or ours: an

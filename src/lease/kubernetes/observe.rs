@@ -118,6 +118,15 @@ impl Observer {
         seen.duration.max(longest).max(floor)
     }
 
+    /// How long until `seen`'s lease expires by this observer's clock (zero:
+    /// expired), when it is the record present and someone holds it;
+    /// `None` when the Lease changed since (a newer look showed another
+    /// record, or none), so nothing may be judged of `seen`.
+    pub(super) fn left_of(&self, seen: &Seen, now: Instant, floor: Duration) -> Option<Duration> {
+        self.present().filter(|s| s.seen == *seen)?;
+        self.left(now, floor)
+    }
+
     /// How long until the present record's lease expires by this observer's
     /// clock (zero: expired; `None`: absent, or nobody holds it).
     pub(super) fn left(&self, now: Instant, floor: Duration) -> Option<Duration> {

@@ -102,3 +102,24 @@ fn an_emptied_record_keeps_the_term_it_emptied() {
     assert_eq!(term.seen.holder.as_deref(), Some("a"));
     assert_eq!(o.wait_for(&term.seen, NONE), 15 * S);
 }
+
+#[test]
+fn nothing_is_judged_of_a_record_the_watch_has_seen_change() {
+    let t0 = Instant::now();
+    let mut o = Observer::default();
+    let read = lease("a", 0, 15, 10);
+    let seen = Seen::of(&read);
+    o.look(Some(&read), t0);
+    assert_eq!(o.left_of(&seen, t0 + 20 * S, NONE), Some(Duration::ZERO));
+    // A renewal the watch delivered after the GET's answer: the GET's
+    // record is not the one there now.
+    o.look(Some(&lease("a", 5, 15, 11)), t0 + 20 * S);
+    assert_eq!(o.left_of(&seen, t0 + 20 * S, NONE), None);
+    // Nor after a delete: a held record read before it must never be
+    // taken for one seen past its expiry.
+    let mut o = Observer::default();
+    o.look(Some(&read), t0);
+    o.deleted(Some(12));
+    o.look(Some(&read), t0 + 20 * S);
+    assert_eq!(o.left_of(&seen, t0 + 20 * S, NONE), None);
+}
