@@ -181,3 +181,40 @@ fn the_api_server_killed_and_back_within_the_renew_deadline_keeps_the_term() {
     assert_eq!((now, after), (leader, token), "the term did not survive");
     assert_eq!(starts(&logs), 1, "the child was restarted");
 }
+
+/// The API server frozen when the leader gets SIGTERM: its release times
+/// out, and is tried again until it lands (issue #46, item 10) instead of
+/// being dropped, so the standby takes over as soon as the API server is
+/// back, not a lease duration later.
+#[test]
+fn a_release_that_timed_out_is_tried_again_until_it_lands() {
+    let kube = Kube::start(1);
+    let key = support::key("k8s-release-retry");
+    let (_dir, logs) = logs("k8s-release-retry", 2);
+    // ttl 10 s: a takeover by expiry would come about 10 s after the
+    // last renewal.
+    let c = Candidate::on(&kube, &key, "10s");
+    let mut a = c.run("a", &logs[0], &[]);
+    a.wait_leading(PATIENCE);
+    let b = c.run("b", &logs[1], &[]);
+    b.wait_log(PATIENCE, "lease held by another candidate");
+    kube.servers[0].pause();
+    a.signal("TERM");
+    a.wait_log(PATIENCE, "child stopped");
+    // Its release is being tried while the API server is frozen.
+    std::thread::sleep(Duration::from_millis(1500));
+    let resumed = Instant::now();
+    kube.servers[0].resume();
+    b.wait_leading(PATIENCE);
+    let took = resumed.elapsed();
+    eprintln!("taken over {took:?} after the API server came back");
+    assert!(a.wait_exit(PATIENCE).success());
+    assert!(
+        took < Duration::from_secs(4),
+        "the standby took over {took:?} after the API server came back"
+    );
+    let log = a.log().join("\n");
+    assert!(log.contains("lease released"), "{log}");
+    assert!(!log.contains("nothing to release"), "{log}");
+    assert!(most_alive(&logs) <= 1, "two children at once");
+}
