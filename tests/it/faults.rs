@@ -149,6 +149,9 @@ fn a_timed_out_acquire_that_won_is_recognised_by_its_token() {
     let stored: serde_json::Value =
         serde_json::from_str(&redis.get(&format!("leaderd:{{{key}}}:lease")).unwrap()).unwrap();
     assert_eq!(stored["fencing_token"], body["fencing_token"]);
+    // The log line comes through leaderd's log thread, which may trail
+    // `/leader` on a loaded machine (CI once counted 0 here).
+    node.wait_log(support::WAIT, "reason=\"lease acquired\"");
     let acquisitions = node
         .log()
         .iter()

@@ -82,6 +82,9 @@ pub struct KubeLease {
     /// The records of our writes since the last one whose answer came back
     /// (an acquisition or renewal that timed out): ours too if one landed.
     sent: Vec<Seen>,
+    /// The releases of our term sent so far whose answers did not come
+    /// back: one found in the Lease means the release landed.
+    releases: Vec<Seen>,
     /// The largest token we handed out: never again.
     spent: u64,
     /// Our latest term (its `acquireTime`, as the vacancy rule names
@@ -110,6 +113,7 @@ impl KubeLease {
             digest,
             term: None,
             sent: Vec::new(),
+            releases: Vec::new(),
             spent: 0,
             mine: None,
             observer: Shared::default(),
@@ -174,6 +178,7 @@ impl KubeLease {
         self.mine = Some(Seen::of(&written).term());
         self.term = Some((written, token));
         self.sent.clear();
+        self.releases.clear();
         Acquire::Won {
             fencing_token: token,
             sent_at,
@@ -371,22 +376,28 @@ impl LeaseBackend for KubeLease {
         };
         for _ in 0..CONFLICT_ROUNDS {
             let write = record::release(mine, record::stamp(Timestamp::now()));
-            match self.client.replace(&write).await {
-                Ok(_) => {
-                    self.term = None;
-                    self.sent.clear();
-                    return Ok(true);
-                }
+            self.releases.push(Seen::of(&write));
+            let outcome = match self.client.replace(&write).await {
+                Ok(_) => Ok(true),
                 Err(Failure::Other(e)) => return Err(e),
                 Err(Failure::Conflict | Failure::Missing) => match self.reread().await? {
-                    Ok(fresh) => mine = fresh,
-                    Err(_) => {
-                        self.term = None;
-                        self.sent.clear();
-                        return Ok(false);
+                    Ok(fresh) => {
+                        mine = fresh;
+                        continue;
                     }
+                    // An earlier try of this release landed though its
+                    // answer was lost: released, not "no longer ours".
+                    Err(_) => Ok(self
+                        .observer
+                        .lock()
+                        .present()
+                        .is_some_and(|s| self.releases.contains(&s.seen))),
                 },
-            }
+            };
+            self.term = None;
+            self.sent.clear();
+            self.releases.clear();
+            return outcome;
         }
         Ok(false)
     }

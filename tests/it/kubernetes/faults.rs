@@ -213,8 +213,11 @@ fn a_release_that_timed_out_is_tried_again_until_it_lands() {
         took < Duration::from_secs(4),
         "the standby took over {took:?} after the API server came back"
     );
+    // Not given up on: no "release failed; the lease will expire". Whether
+    // it then says "lease released" or "nothing to release" depends on
+    // whether the try that landed was the one whose answer came back, or
+    // the standby's write was already there when a later try looked.
     let log = a.log().join("\n");
-    assert!(log.contains("lease released"), "{log}");
-    assert!(!log.contains("nothing to release"), "{log}");
+    assert!(!log.contains("release failed"), "{log}");
     assert!(most_alive(&logs) <= 1, "two children at once");
 }
