@@ -80,7 +80,19 @@ impl<'a> Candidate<'a> {
         env: &[(&str, &str)],
     ) -> Leaderd {
         let kubeconfig = self.kube.kubeconfig(self.user, self.server);
-        let mut args = self.args(&kubeconfig);
+        self.run_through(&kubeconfig, id, program, program_args, env)
+    }
+
+    /// [`Candidate::run_with`] through another kubeconfig (a proxy's).
+    fn run_through(
+        &self,
+        kubeconfig: &Path,
+        id: &str,
+        program: &str,
+        program_args: &[String],
+        env: &[(&str, &str)],
+    ) -> Leaderd {
+        let mut args = self.args(kubeconfig);
         args.extend(["--".to_string(), program.to_string()]);
         args.extend(program_args.iter().cloned());
         let http = format!("127.0.0.1:{}", support::free_port());

@@ -16,10 +16,12 @@ use tokio::time::Instant;
 
 /// What a look at another holder's etcd lease found.
 pub(super) enum Sighting {
-    /// Held: wait (when known) this long for its logical expiry.
-    Held(Acquire),
+    /// Held: its logical expiry is this far off.
+    Held(Duration),
     /// Still there past its logical expiry: its holder stopped renewing.
     Expired,
+    /// Gone, or unknown (a key bound to no lease).
+    Gone,
 }
 
 /// How soon a waiter looks again when the lease it saw is in its last
@@ -38,22 +40,16 @@ impl EtcdLease {
     /// it while its key is still there. etcd truncates the remaining TTL
     /// to whole seconds, so a reading below the grace proves the real
     /// remaining time is too: the term is over by the holder's own count.
-    pub(super) async fn held(&mut self, holder: Holder, token: i64, lease: i64) -> Sighting {
+    pub(super) async fn sight(&mut self, token: i64, lease: i64) -> Sighting {
         let Some(left) = self.time_to_live(lease).await else {
-            return Sighting::Held(Acquire::Held {
-                holder,
-                expires_in: None,
-            });
+            return Sighting::Gone;
         };
         let grace = Duration::from_secs(self.grace_secs() as u64);
         if left < grace {
             self.vacancies.saw_expired(token as u64);
             return Sighting::Expired;
         }
-        Sighting::Held(Acquire::Held {
-            holder,
-            expires_in: Some((left - grace).max(LAST_SECOND_POLL)),
-        })
+        Sighting::Held((left - grace).max(LAST_SECOND_POLL))
     }
 
     /// The leader key is gone: free, unless its last term went without an
@@ -72,16 +68,11 @@ impl EtcdLease {
         // Its lease still alive: the key deleted from outside, and its
         // holder keeps working until it notices — unless the lease is past
         // its logical expiry (then its holder has stopped).
-        if let Sighting::Held(held) = self.held(holder.clone(), term.token, term.lease).await
-            && !matches!(
-                held,
-                Acquire::Held {
-                    expires_in: None,
-                    ..
-                }
-            )
-        {
-            return Some(held);
+        if let Sighting::Held(left) = self.sight(term.token, term.lease).await {
+            return Some(Acquire::Held {
+                holder,
+                expires_in: Some(left),
+            });
         }
         let wait = self.timing.ttl;
         match self

@@ -64,6 +64,17 @@ pub struct EtcdLease {
     registry: registry::Registry,
 }
 
+/// `holder`'s lease as a waiter's verdict: wait for its logical expiry,
+/// look again at once when it is past it, or poll when etcd cannot say.
+fn held(holder: Holder, seen: Sighting) -> Acquire {
+    let expires_in = match seen {
+        Sighting::Held(left) => Some(left),
+        Sighting::Expired => Some(Duration::ZERO),
+        Sighting::Gone => None,
+    };
+    Acquire::Held { holder, expires_in }
+}
+
 /// Nobody: a vacancy's or a missing holder's [`Holder`].
 fn nobody() -> Holder {
     Holder {
@@ -273,12 +284,10 @@ impl LeaseBackend for EtcdLease {
         // was at, to take over.
         let mut expired = None;
         match &look.current {
-            Some(c) if Some(c.lease) != self.lease => {
-                match self.held(c.holder.clone(), c.revision, c.lease).await {
-                    Sighting::Held(held) => return Ok(held),
-                    Sighting::Expired => expired = Some((c.revision, c.lease)),
-                }
-            }
+            Some(c) if Some(c.lease) != self.lease => match self.sight(c.revision, c.lease).await {
+                Sighting::Expired => expired = Some((c.revision, c.lease)),
+                seen => return Ok(held(c.holder.clone(), seen)),
+            },
             Some(_) => {}
             None => {
                 if let Some(wait) = self.vacancy(&look).await {
@@ -334,19 +343,9 @@ impl LeaseBackend for EtcdLease {
         if current.lease != lease {
             self.revoke(lease).await;
             self.lease = None;
-            return Ok(
-                match self
-                    .held(current.holder, current.revision, current.lease)
-                    .await
-                {
-                    Sighting::Held(held) => held,
-                    // Seen expired just now: the next look takes it over.
-                    Sighting::Expired => Acquire::Held {
-                        holder: nobody(),
-                        expires_in: Some(Duration::ZERO),
-                    },
-                },
-            );
+            // Seen expired just now: the next look takes it over.
+            let seen = self.sight(current.revision, current.lease).await;
+            return Ok(held(current.holder, seen));
         }
         if current.revision > self.spent {
             // Our earlier attempt won after all; its token was never handed out.

@@ -80,11 +80,10 @@ pub struct KubeLease {
     /// Our term: the object as we last wrote it, and its fencing token.
     term: Option<(Lease, u64)>,
     /// The records of our writes since the last one whose answer came back
-    /// (an acquisition or renewal that timed out): ours too if one landed.
+    /// (an acquisition, renewal or release that timed out): ours too if one
+    /// landed (a release's record carries no owner, so it is never taken
+    /// for a term of ours, only for the release it was).
     sent: Vec<Seen>,
-    /// The releases of our term sent so far whose answers did not come
-    /// back: one found in the Lease means the release landed.
-    releases: Vec<Seen>,
     /// The largest token we handed out: never again.
     spent: u64,
     /// Our latest term (its `acquireTime`, as the vacancy rule names
@@ -113,7 +112,6 @@ impl KubeLease {
             digest,
             term: None,
             sent: Vec::new(),
-            releases: Vec::new(),
             spent: 0,
             mine: None,
             observer: Shared::default(),
@@ -178,7 +176,6 @@ impl KubeLease {
         self.mine = Some(Seen::of(&written).term());
         self.term = Some((written, token));
         self.sent.clear();
-        self.releases.clear();
         Acquire::Won {
             fencing_token: token,
             sent_at,
@@ -376,7 +373,7 @@ impl LeaseBackend for KubeLease {
         };
         for _ in 0..CONFLICT_ROUNDS {
             let write = record::release(mine, record::stamp(Timestamp::now()));
-            self.releases.push(Seen::of(&write));
+            self.sending(&write);
             let outcome = match self.client.replace(&write).await {
                 Ok(_) => Ok(true),
                 Err(Failure::Other(e)) => return Err(e),
@@ -391,12 +388,11 @@ impl LeaseBackend for KubeLease {
                         .observer
                         .lock()
                         .present()
-                        .is_some_and(|s| self.releases.contains(&s.seen))),
+                        .is_some_and(|s| self.sent.contains(&s.seen))),
                 },
             };
             self.term = None;
             self.sent.clear();
-            self.releases.clear();
             return outcome;
         }
         Ok(false)

@@ -250,22 +250,9 @@ fn a_half_open_watch_is_replaced_and_a_handover_after_it_is_still_fast() {
         text.replace(&server, &format!("127.0.0.1:{}", proxy.port)),
     )
     .expect("write the kubeconfig");
-    let mut args = c.args(&via);
-    let probe = probe_child();
-    args.extend(
-        [
-            "--log-level",
-            "debug",
-            "--",
-            &probe,
-            support::path_str(&logs[1]),
-        ]
-        .map(String::from),
-    );
-    let http = format!("127.0.0.1:{}", support::free_port());
-    let mut full = vec!["run", "--id", "b", "--http", &http];
-    full.extend(args.iter().map(String::as_str));
-    let b = Leaderd::attach("b", &http, support::spawn_with_env(&full, &[]));
+    let log = [support::path_str(&logs[1]).to_string()];
+    let debug = [("RUST_LOG", "debug")];
+    let b = c.run_through(&via, "b", &probe_child(), &log, &debug);
     b.wait_log(PATIENCE, "lease held by another candidate");
     proxy.blackhole();
     b.wait_log(PATIENCE, "the Lease's watch went quiet");
