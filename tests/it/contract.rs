@@ -19,6 +19,7 @@ use support::backends::{
 };
 use support::{Leaderd, eventually, probe_child, probe_events, run_to_end};
 
+mod outside;
 mod tolerated;
 
 type StartScene = fn() -> Box<dyn Scene>;

@@ -7,6 +7,7 @@ use crate::links::Links;
 use crate::schedule::{self, Kind, Planned};
 use crate::support::backends::Scene;
 use crate::support::os::mono_ns;
+use crate::support::outside::{Done, Write};
 use crate::support::worker::{Mode, Worker};
 use crate::support::{self, Leaderd};
 use std::collections::BTreeMap;
@@ -221,7 +222,15 @@ fn begin(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet) -> Op
             scene.steal(key);
             true
         }
-        Kind::Outside => scene.outside(key, p.pick),
+        Kind::Outside => {
+            // A restore puts back the copy the last other write saved: an
+            // earlier term's, as a backup would.
+            let write = Write::pick(p.pick);
+            if write != Write::Restore {
+                scene.save(key);
+            }
+            scene.outside(key, &write) != Done::No
+        }
         Kind::Isolate | Kind::Slow | Kind::Reset => {
             let i = fleet.target(p.pick);
             let links = &fleet.links;

@@ -298,6 +298,9 @@ impl LeaseBackend for PgLease {
                 })
             }
             Ok(None) => {
+                // Not ours: a timed-out attempt with this token lost, and
+                // a copy of an old term of ours put back is not ours.
+                self.token = None;
                 self.drop_lock().await;
                 Ok(Acquire::Held {
                     holder: holder.unwrap_or(Holder {
@@ -341,6 +344,7 @@ impl LeaseBackend for PgLease {
             return Ok(Renew::Renewed { sent_at });
         }
         let (holder, _) = self.holder_of(row, 1)?;
+        self.token = None;
         self.drop_lock().await;
         Ok(Renew::Lost { holder })
     }

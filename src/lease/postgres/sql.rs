@@ -16,7 +16,9 @@
 //! outside while its term record lives is held like a lease, by that
 //! record's holder, until the record expires: its holder may still be
 //! working, until its next renewal finds the row gone (the contract's
-//! vacancy rule).
+//! vacancy rule). The row `KEY#ended` holds the token of the last term its
+//! holder released: the announcement that lets a waiter take the lease at
+//! once.
 
 use super::config::PgTable;
 
@@ -52,9 +54,15 @@ const LEFT_MS: &str =
 
 /// `$1` key, `$2` holder id, `$3` ownership token, `$4` ttl in ms, `$5` the
 /// highest fencing token this candidate has seen. The row is taken when it
-/// is free, expired or already ours (a retry after an ambiguous timeout,
-/// or a candidate that stepped down and could not release). Every
-/// acquisition is a new term, with a new token:
+/// is already ours (a retry after an ambiguous timeout, or a candidate that
+/// stepped down and could not release), was never written, or is free by
+/// the contract's vacancy rule: expired or emptied, and either its term's
+/// record is still there past its expiry (its holder stopped renewing) or
+/// its release was announced (`KEY#ended` holds its token). Any other
+/// vacancy (the rows emptied, or an older term's put back, from outside) is
+/// held for `$4` from the first look that finds it: the term record is
+/// written vacant (no holder, no owner) until then. Every acquisition is a
+/// new term, with a new token:
 /// `greatest(fence + 1, seen + 1, the server's clock in ms)`: the clock and
 /// the candidate's floor keep tokens growing if the table is restored from
 /// an old backup. Nothing is taken while another candidate's term record
@@ -62,7 +70,12 @@ const LEFT_MS: &str =
 /// holder as it was.
 pub fn acquire(table: &PgTable) -> String {
     format!(
-        "WITH won AS (
+        "WITH prior AS (SELECT fence, expires_at, owner FROM {t} WHERE key = $1),
+proof AS (SELECT 1 FROM prior WHERE
+  EXISTS (SELECT 1 FROM {t} WHERE key = $1 || '#term' AND fence >= prior.fence
+          AND expires_at IS NOT NULL AND expires_at <= clock_timestamp())
+  OR EXISTS (SELECT 1 FROM {t} WHERE key = $1 || '#ended' AND fence >= prior.fence)),
+won AS (
   INSERT INTO {t} AS l (key, holder, owner, fence, expires_at)
   SELECT $1, $2, {owner}, greatest($5::bigint + 1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint),
          clock_timestamp() + $4::bigint * interval '1 millisecond'
@@ -71,12 +84,23 @@ pub fn acquire(table: &PgTable) -> String {
   ON CONFLICT (key) DO UPDATE SET
     fence = greatest(l.fence + 1, excluded.fence),
     holder = excluded.holder, owner = excluded.owner, expires_at = excluded.expires_at
-  WHERE l.owner = excluded.owner OR l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
+  WHERE l.owner = excluded.owner OR ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
+                                     AND EXISTS (SELECT 1 FROM proof))
   RETURNING l.fence, l.expires_at),
 term AS (
   INSERT INTO {t} AS m (key, holder, owner, fence, expires_at)
   SELECT $1 || '#term', $2, {owner}, fence, expires_at FROM won
   ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, owner = excluded.owner,
+    fence = excluded.fence, expires_at = excluded.expires_at),
+hold AS (
+  INSERT INTO {t} AS h (key, holder, owner, fence, expires_at)
+  SELECT $1 || '#term', NULL, NULL, prior.fence, clock_timestamp() + $4::bigint * interval '1 millisecond'
+  FROM prior
+  WHERE NOT EXISTS (SELECT 1 FROM won) AND NOT EXISTS (SELECT 1 FROM proof)
+    AND (prior.expires_at IS NULL OR prior.expires_at <= clock_timestamp())
+    AND prior.owner IS DISTINCT FROM {owner}
+    AND NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1 || '#term' AND expires_at > clock_timestamp())
+  ON CONFLICT (key) DO UPDATE SET holder = NULL, owner = NULL,
     fence = excluded.fence, expires_at = excluded.expires_at)
 SELECT (SELECT fence FROM won) AS won, cur.holder, cur.fence, {LEFT_MS} FROM {current}",
         t = table.quoted,
@@ -105,17 +129,24 @@ SELECT (SELECT count(*) FROM renewed) AS renewed, cur.holder, cur.fence, {LEFT_M
 }
 
 /// `$1` key, `$2` ownership token, `$3` the wake-up channel, `$4` our id.
-/// Frees the row if it is ours (the fence stays), ends our term record, and
-/// notifies the waiters (delivered when the statement commits). One row:
-/// released.
+/// Frees the row if it is ours (the fence stays), ends our term record,
+/// records the term's token in `KEY#ended` (the announcement: a waiter
+/// takes the lease at once), and notifies the waiters (delivered when the
+/// statement commits). One row: released.
 pub fn release(table: &PgTable) -> String {
     format!(
         "WITH ended AS (
   UPDATE {t} SET holder = NULL, owner = NULL, expires_at = NULL
-  WHERE key = $1 || '#term' AND owner = {owner})
-UPDATE {t} SET holder = NULL, owner = NULL, expires_at = NULL
-WHERE key = $1 AND owner = {owner}
-RETURNING pg_notify($3, $4)::text",
+  WHERE key = $1 || '#term' AND owner = {owner} RETURNING fence),
+freed AS (
+  UPDATE {t} SET holder = NULL, owner = NULL, expires_at = NULL
+  WHERE key = $1 AND owner = {owner} RETURNING fence),
+mark AS (
+  INSERT INTO {t} AS e (key, fence)
+  SELECT $1 || '#ended', max(fence) FROM (SELECT fence FROM ended UNION ALL SELECT fence FROM freed) AS f
+  HAVING count(*) > 0
+  ON CONFLICT (key) DO UPDATE SET fence = greatest(e.fence, excluded.fence))
+SELECT pg_notify($3, $4)::text FROM freed",
         t = table.quoted,
         owner = owner(2),
     )

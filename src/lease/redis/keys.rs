@@ -11,6 +11,9 @@ pub struct Keys {
     /// its release, so a lease deleted from outside still shows its holder.
     pub term: String,
     pub fence: String,
+    /// The token of the last term its holder released (no expiry): the
+    /// announcement waiters take a missing lease at once on.
+    pub ended: String,
     pub wake: String,
     pub channel: String,
 }
@@ -22,6 +25,7 @@ pub fn keys(key: &str) -> Keys {
         lease: format!("leaderd:{{{key}}}:lease"),
         term: format!("leaderd:{{{key}}}:term"),
         fence: format!("leaderd:{{{key}}}:fence"),
+        ended: format!("leaderd:{{{key}}}:ended"),
         wake: format!("leaderd:{{{key}}}:wake"),
         channel: format!("leaderd:{{{key}}}:released"),
     }
@@ -38,6 +42,8 @@ pub(crate) fn blocked(
 ) -> Option<Error> {
     let holder = holder.as_ref()?;
     let what = match (&holder.id, expires_in) {
+        // A vacancy held by the vacancy rule: a token, nobody's id.
+        (None, Some(_)) if holder.fencing_token.is_some() => return None,
         (None, None) => {
             "it holds a value leaderd did not write, with no expiry, so it never lapses".to_string()
         }

@@ -47,6 +47,7 @@ pub struct RedisLease {
     lease_key: String,
     term_key: String,
     fence_key: String,
+    ended_key: String,
     wake_key: String,
     channel: String,
     registry_key: String,
@@ -119,6 +120,7 @@ impl RedisLease {
             lease: lease_key,
             term: term_key,
             fence: fence_key,
+            ended: ended_key,
             wake: wake_key,
             channel,
         } = keys(key);
@@ -143,6 +145,7 @@ impl RedisLease {
             lease_key,
             term_key,
             fence_key,
+            ended_key,
             wake_key,
             channel,
             registry_key: registry::key(key),
@@ -212,7 +215,12 @@ impl LeaseBackend for RedisLease {
         let sent_at = Instant::now();
         let call = eval(
             &self.scripts.acquire,
-            &[&self.lease_key, &self.fence_key, &self.term_key],
+            &[
+                &self.lease_key,
+                &self.fence_key,
+                &self.term_key,
+                &self.ended_key,
+            ],
             &[&token, &self.id_json, &self.ttl_ms, &self.highest_fencing],
         );
         let (reply, replication) =
@@ -292,7 +300,12 @@ impl LeaseBackend for RedisLease {
         };
         let call = eval(
             &self.scripts.release,
-            &[&self.lease_key, &self.wake_key, &self.term_key],
+            &[
+                &self.lease_key,
+                &self.wake_key,
+                &self.term_key,
+                &self.ended_key,
+            ],
             &[
                 &token,
                 &self.channel,
@@ -310,7 +323,13 @@ impl LeaseBackend for RedisLease {
     }
 
     async fn peek(&mut self) -> Result<Peek, Error> {
-        let call = eval(&self.scripts.peek, &[&self.lease_key, &self.term_key], &[]);
+        let keys = [
+            &*self.lease_key,
+            &self.term_key,
+            &self.fence_key,
+            &self.ended_key,
+        ];
+        let call = eval(&self.scripts.peek, &keys, &[&self.ttl_ms]);
         let reply = self
             .link
             .invoke(&call)
@@ -392,6 +411,7 @@ mod tests {
         assert_eq!(k.lease, "leaderd:{jobs}:lease");
         assert_eq!(k.term, "leaderd:{jobs}:term");
         assert_eq!(k.fence, "leaderd:{jobs}:fence");
+        assert_eq!(k.ended, "leaderd:{jobs}:ended");
         assert_eq!(k.wake, "leaderd:{jobs}:wake");
         assert_eq!(k.channel, "leaderd:{jobs}:released");
     }

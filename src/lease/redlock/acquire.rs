@@ -52,7 +52,12 @@ impl Redlock {
         let sent_at = Instant::now();
         let call = eval(
             &self.scripts.acquire,
-            &[&self.keys.lease, &self.keys.fence, &self.keys.term],
+            &[
+                &self.keys.lease,
+                &self.keys.fence,
+                &self.keys.term,
+                &self.keys.ended,
+            ],
             &[&token, &self.id_json, &self.ttl_ms(), &self.highest_fencing],
         );
         self.hear_late();

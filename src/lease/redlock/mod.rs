@@ -227,7 +227,12 @@ impl Redlock {
     fn release_call(&self, token: &str, wake_copies: usize) -> Cmd {
         eval(
             &self.scripts.release,
-            &[&self.keys.lease, &self.keys.wake, &self.keys.term],
+            &[
+                &self.keys.lease,
+                &self.keys.wake,
+                &self.keys.term,
+                &self.keys.ended,
+            ],
             &[
                 &token,
                 &self.keys.channel,
@@ -401,8 +406,13 @@ impl LeaseBackend for Redlock {
     async fn peek(&mut self) -> Result<Peek, Error> {
         let call = eval(
             &self.scripts.peek,
-            &[&self.keys.lease, &self.keys.term],
-            &[],
+            &[
+                &self.keys.lease,
+                &self.keys.term,
+                &self.keys.fence,
+                &self.keys.ended,
+            ],
+            &[&self.ttl_ms()],
         );
         self.hear_late();
         let replies = self.on_all(&call, Until::All).await;

@@ -1,6 +1,7 @@
 //! One scene per lease backend for the contract suite (`tests/it/contract.rs`):
 //! how to point candidates at it, and the faults it can be put through.
 
+use super::outside::{self, Done, Saved, Write};
 use super::{Redis, temp_dir};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,7 +16,6 @@ pub trait Scene {
     /// the scene gives some candidates another way in (on Kubernetes the
     /// first has a Role without `watch`, so it learns of changes only on
     /// its timer).
-    #[allow(dead_code)] // the nemesis only
     fn candidate_args(&self, key: &str, _i: usize) -> Vec<String> {
         self.args(key)
     }
@@ -61,15 +61,13 @@ pub trait Scene {
     fn tolerated_port(&self) -> Option<u16> {
         None
     }
-    /// Writes the lease's record from outside, as an operator or a restore
-    /// would, without deleting it: `pick` chooses among clearing its
-    /// holder, re-pointing it at another candidate (`nemesis` ids are
-    /// `n0`..), shortening its duration and putting back a copy saved at an
-    /// earlier call. `false` where the store keeps no such record to edit
-    /// (not applicable).
-    #[allow(dead_code)] // the nemesis only
-    fn outside(&self, _key: &str, _pick: u64) -> bool {
-        false
+    /// Keeps a copy of the lease's record, for [`Write::Restore`] to put back.
+    fn save(&self, _key: &str) {}
+    /// Writes the lease's record from outside, as an operator, a restore or
+    /// a peer would ([`Write`]); [`Done::No`] where the store has no such
+    /// write.
+    fn outside(&self, _key: &str, _write: &Write) -> Done {
+        Done::No
     }
     /// kill -9 of every server process, keeping what the store persists;
     /// `false` when the store has no process (a local file).
@@ -119,6 +117,7 @@ pub struct RedisScene {
     tls_args: Vec<String>,
     /// Keeps the certificates' directory while the scene lives.
     _pki: Option<super::tls::Pki>,
+    saved: Saved<outside::RedisCopy>,
 }
 
 impl RedisScene {
@@ -127,6 +126,7 @@ impl RedisScene {
             redis: Redis::start(),
             tls_args: Vec::new(),
             _pki: None,
+            saved: Saved::new(),
         })
     }
 
@@ -140,6 +140,7 @@ impl RedisScene {
             redis,
             tls_args: vec!["--redis-tls-ca".into(), ca],
             _pki: Some(pki),
+            saved: Saved::new(),
         })
     }
 }
@@ -178,6 +179,12 @@ impl Scene for RedisScene {
     fn delete(&self, key: &str) {
         delete_on(&self.redis, key);
     }
+    fn save(&self, key: &str) {
+        self.saved.keep(outside::redis_save(&self.redis, key));
+    }
+    fn outside(&self, key: &str, write: &Write) -> Done {
+        outside::redis_write(&self.redis, key, write, self.saved.get())
+    }
     fn survives_data_loss(&self) -> bool {
         false
     }
@@ -188,12 +195,14 @@ impl Scene for RedisScene {
 
 pub struct LockFileScene {
     dir: PathBuf,
+    saved: Saved<Vec<u8>>,
 }
 
 impl LockFileScene {
     pub fn start() -> Box<dyn Scene> {
         Box::new(LockFileScene {
             dir: temp_dir(&format!("contract-lock-{}", super::os::below(1 << 30))),
+            saved: Saved::new(),
         })
     }
 
@@ -229,6 +238,14 @@ impl Scene for LockFileScene {
         // Absent between two holders is fine: nothing to delete.
         let _ = std::fs::remove_file(self.path(key));
     }
+    fn save(&self, key: &str) {
+        if let Ok(text) = std::fs::read(self.path(key)) {
+            self.saved.keep(text);
+        }
+    }
+    fn outside(&self, key: &str, write: &Write) -> Done {
+        outside::file_write(&self.path(key), write, self.saved.get())
+    }
 }
 
 impl Drop for LockFileScene {
@@ -240,12 +257,14 @@ impl Drop for LockFileScene {
 /// Redis behind three sentinels: the lease on the master they agree on.
 pub struct SentinelScene {
     rig: super::sentinel::Rig,
+    saved: Saved<outside::RedisCopy>,
 }
 
 impl SentinelScene {
     pub fn start() -> Box<dyn Scene> {
         Box::new(SentinelScene {
             rig: super::sentinel::Rig::start(),
+            saved: Saved::new(),
         })
     }
 }
@@ -294,6 +313,13 @@ impl Scene for SentinelScene {
     fn delete(&self, key: &str) {
         delete_on(self.rig.master_node(), key);
     }
+    fn save(&self, key: &str) {
+        self.saved
+            .keep(outside::redis_save(self.rig.master_node(), key));
+    }
+    fn outside(&self, key: &str, write: &Write) -> Done {
+        outside::redis_write(self.rig.master_node(), key, write, self.saved.get())
+    }
     /// One sentinel of three: the other two are a majority.
     fn freeze_one(&mut self, _key: &str) -> Option<Duration> {
         self.rig.sentinels[0].pause();
@@ -318,6 +344,7 @@ impl Scene for SentinelScene {
 pub struct ClusterScene {
     rig: super::cluster::ClusterRig,
     frozen: Option<u16>,
+    saved: Saved<outside::RedisCopy>,
 }
 
 impl ClusterScene {
@@ -325,6 +352,7 @@ impl ClusterScene {
         Box::new(ClusterScene {
             rig: super::cluster::ClusterRig::start(3, 1),
             frozen: None,
+            saved: Saved::new(),
         })
     }
 
@@ -380,6 +408,12 @@ impl Scene for ClusterScene {
     fn delete(&self, key: &str) {
         delete_on(self.owner(key), key);
     }
+    fn save(&self, key: &str) {
+        self.saved.keep(outside::redis_save(self.owner(key), key));
+    }
+    fn outside(&self, key: &str, write: &Write) -> Done {
+        outside::redis_write(self.owner(key), key, write, self.saved.get())
+    }
     /// The slot's owner: its replica is promoted after the cluster's node
     /// timeout (1 s), noticed a little later.
     fn freeze_one(&mut self, key: &str) -> Option<Duration> {
@@ -419,18 +453,22 @@ impl Scene for ClusterScene {
 /// Redlock over independent masters: the lease on a majority of them.
 pub struct RedlockScene {
     masters: super::redlock::Masters,
+    /// A copy per master.
+    saved: Saved<Vec<outside::RedisCopy>>,
 }
 
 impl RedlockScene {
     pub fn start3() -> Box<dyn Scene> {
         Box::new(RedlockScene {
             masters: super::redlock::Masters::start(3),
+            saved: Saved::new(),
         })
     }
 
     pub fn start5() -> Box<dyn Scene> {
         Box::new(RedlockScene {
             masters: super::redlock::Masters::start(5),
+            saved: Saved::new(),
         })
     }
 }
@@ -481,6 +519,30 @@ impl Scene for RedlockScene {
             delete_on(node, key);
         }
     }
+    fn save(&self, key: &str) {
+        let copies = self.masters.nodes.iter();
+        self.saved
+            .keep(copies.map(|n| outside::redis_save(n, key)).collect());
+    }
+    /// On every master, as a script run on each would.
+    fn outside(&self, key: &str, write: &Write) -> Done {
+        let copies = self.saved.get().unwrap_or_default();
+        let done: Vec<Done> = self
+            .masters
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| outside::redis_write(n, key, write, copies.get(i).cloned()))
+            .collect();
+        // Its holder renews (or re-creates) the lease on every master that
+        // lost it while its term still stands there: Redlock's way through
+        // a master restarted empty, which a write from outside looks like.
+        if done.contains(&Done::Ends) {
+            Done::Kept
+        } else {
+            Done::No
+        }
+    }
     /// One master: the others are a majority.
     fn freeze_one(&mut self, _key: &str) -> Option<Duration> {
         self.masters.nodes[0].pause();
@@ -513,6 +575,7 @@ pub struct PgScene {
     proxy: super::proxy::Proxy,
     query: &'static str,
     name: &'static str,
+    saved: Saved<outside::PgCopy>,
 }
 
 impl PgScene {
@@ -532,6 +595,7 @@ impl PgScene {
             proxy,
             query,
             name,
+            saved: Saved::new(),
         })
     }
 }
@@ -586,6 +650,15 @@ impl Scene for PgScene {
         self.pg
             .sql(&format!("DELETE FROM leaderd_lease WHERE key = '{key}'"));
     }
+    fn save(&self, key: &str) {
+        self.saved.keep(outside::pg_save(&self.pg, key));
+    }
+    /// The lease row and its term record as `psql` edits them; in advisory
+    /// mode the lock is the session's, and the row beside it is what a
+    /// waiter reads.
+    fn outside(&self, key: &str, write: &Write) -> Done {
+        outside::pg_write(&self.pg, key, write, self.saved.get())
+    }
     /// `pg_ctl stop -m immediate`: its data stays.
     fn crash(&mut self) -> bool {
         self.pg.stop_immediate();
@@ -600,6 +673,7 @@ impl Scene for PgScene {
 pub struct EtcdScene {
     etcd: super::etcd::Etcd,
     frozen: Option<usize>,
+    saved: Saved<String>,
 }
 
 impl EtcdScene {
@@ -607,6 +681,7 @@ impl EtcdScene {
         Box::new(EtcdScene {
             etcd: super::etcd::Etcd::start(1),
             frozen: None,
+            saved: Saved::new(),
         })
     }
 
@@ -614,6 +689,7 @@ impl EtcdScene {
         Box::new(EtcdScene {
             etcd: super::etcd::Etcd::start(3),
             frozen: None,
+            saved: Saved::new(),
         })
     }
 }
@@ -651,6 +727,14 @@ impl Scene for EtcdScene {
     }
     fn delete(&self, key: &str) {
         self.etcd.ctl_ok(&["del", &format!("leaderd/{key}/leader")]);
+    }
+    fn save(&self, key: &str) {
+        if let Some(value) = outside::etcd_save(&self.etcd, key) {
+            self.saved.keep(value);
+        }
+    }
+    fn outside(&self, key: &str, write: &Write) -> Done {
+        outside::etcd_write(&self.etcd, key, write, self.saved.get())
     }
     /// The etcd leader: the others elect a new one within the election
     /// timeout (500 ms in the fixtures).
@@ -711,6 +795,7 @@ impl Scene for EtcdScene {
 pub struct ZkScene {
     zk: super::zookeeper::ZooKeeper,
     frozen: Option<usize>,
+    saved: Saved<Vec<u8>>,
 }
 
 impl ZkScene {
@@ -718,6 +803,7 @@ impl ZkScene {
         Box::new(ZkScene {
             zk: super::zookeeper::ZooKeeper::start(1),
             frozen: None,
+            saved: Saved::new(),
         })
     }
 
@@ -725,6 +811,7 @@ impl ZkScene {
         Box::new(ZkScene {
             zk: super::zookeeper::ZooKeeper::start(3),
             frozen: None,
+            saved: Saved::new(),
         })
     }
 
@@ -779,6 +866,14 @@ impl Scene for ZkScene {
     }
     fn delete(&self, key: &str) {
         self.zk.delete(&Self::leader_node(key));
+    }
+    fn save(&self, key: &str) {
+        if let Some(data) = outside::zk_save(&self.zk, key) {
+            self.saved.keep(data);
+        }
+    }
+    fn outside(&self, key: &str, write: &Write) -> Done {
+        outside::zk_write(&self.zk, key, write, self.saved.get())
     }
     /// The ensemble's leader: the others elect a new one.
     fn freeze_one(&mut self, _key: &str) -> Option<Duration> {
@@ -846,8 +941,8 @@ pub struct KubeScene {
     /// The candidates' kubeconfig (user `leaderd-candidate`, leaderd's Role).
     kubeconfig: PathBuf,
     frozen: Option<usize>,
-    /// A copy of the Lease, saved at the last outside write, to put back.
-    saved: std::cell::RefCell<Option<serde_json::Value>>,
+    /// A copy of the Lease, saved at the last [`Scene::save`], to put back.
+    saved: Saved<serde_json::Value>,
 }
 
 /// The Lease a test key elects with (the key as a Lease name).
@@ -871,7 +966,7 @@ impl KubeScene {
             kube,
             kubeconfig,
             frozen: None,
-            saved: std::cell::RefCell::new(None),
+            saved: Saved::new(),
         })
     }
 
@@ -959,23 +1054,28 @@ impl Scene for KubeScene {
         }
         args
     }
-    fn outside(&self, key: &str, pick: u64) -> bool {
+    fn save(&self, key: &str) {
+        if let Some(lease) = self.kube.lease(&lease_name(key)) {
+            self.saved.keep(lease);
+        }
+    }
+    fn outside(&self, key: &str, write: &Write) -> Done {
         use super::kube::Outside;
         let name = lease_name(key);
-        let Some(now) = self.kube.lease(&name) else {
-            return false;
-        };
-        let saved = self.saved.replace(Some(now));
-        let write = match (pick >> 8) % 4 {
-            0 => Outside::Clear,
-            1 => Outside::Repoint(format!("c{}", (pick >> 16) % 3)),
-            2 => Outside::Shorten,
-            _ => match saved {
+        let write = match write {
+            Write::Clear => Outside::Clear,
+            Write::Repoint(id) => Outside::Repoint(id.clone()),
+            Write::Shorten => Outside::Shorten,
+            Write::Restore => match self.saved.get() {
                 Some(old) => Outside::Restore(old),
-                None => Outside::Clear,
+                None => return Done::No,
             },
         };
-        self.kube.outside(&name, &write)
+        if self.kube.outside(&name, &write) {
+            Done::Ends
+        } else {
+            Done::No
+        }
     }
     /// An etcd follower *killed*, not frozen: kube-apiserver's etcd client
     /// keeps sending every third request to a member that holds its

@@ -9,6 +9,7 @@ pub mod etcd;
 pub mod kube;
 mod leaderd;
 pub mod os;
+pub mod outside;
 pub mod postgres;
 mod probe;
 mod process;

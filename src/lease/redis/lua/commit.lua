@@ -21,5 +21,5 @@ if last < fencing then
 end
 local value = '{"id":' .. ARGV[2] .. ',"fencing_token":' .. string.format('%d', fencing) .. ',"owner":"' .. redis.sha1hex(ARGV[1]) .. '"}'
 redis.call('SET', KEYS[1], value, 'PX', pttl)
-redis.call('SET', KEYS[3], value, 'PX', pttl)
+write_term(KEYS[3], value, pttl)
 return {1, fencing}

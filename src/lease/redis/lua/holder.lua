@@ -18,17 +18,62 @@ local function held_by(key)
   return lease, {0, id, fencing, pttl}
 end
 
--- The lease at `key`; when there is none, the term record at `term` (written
--- and renewed with every lease, deleted by its release): a lease deleted
--- from outside while its holder still renews, and may still be working.
--- Waiters wait for the record as for a lease.
-local function held_or_term(key, term)
-  local lease, holder = held_by(key)
-  if holder[4] ~= -2 then
-    return lease, holder, false
-  end
+-- The server's clock in ms.
+local function now_ms()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- The term record for the lease value `value` (its JSON text): the same,
+-- with its logical expiry `x` in ms on the server's clock, kept `ttl` ms
+-- past it, so a look after the expiry still finds it: the proof that its
+-- holder stopped renewing (the contract's vacancy rule).
+local function write_term(key, value, ttl)
+  local x = now_ms() + ttl
+  redis.call('SET', key, string.sub(value, 1, -2) .. ',"x":' .. string.format('%d', x) .. '}', 'PX', 2 * ttl)
+end
+
+-- Whether the lease, missing at its key, is free by the vacancy rule, from
+-- the term record at `term`, the fence counter at `fence` (the latest
+-- term's token) and the token of the last term its holder released at
+-- `ended`. Returns nil when free, else a held reply. Free only when the
+-- latest term's record is still there past its expiry (its holder stopped
+-- renewing), its release was announced, or no term was ever handed out
+-- here. Any other vacancy (the records deleted, shortened, or an older
+-- term's put back, from outside) is held for `hold` ms from the first look
+-- that finds it, written as a vacant term record when `write` (acquire;
+-- peek only reports it): its holder may still be working until its next
+-- renewal finds the lease gone.
+local function vacancy(term, fence, ended, hold, write)
+  local latest = tonumber(redis.call('GET', fence) or '')
+  local now = now_ms()
   local record, standing = held_by(term)
-  return record, standing, record ~= nil
+  if record then
+    local x = tonumber(record.x)
+    if not x then
+      -- An older leaderd's record: held while its key lives.
+      return standing
+    end
+    if x > now then
+      return {0, standing[2], standing[3], x - now}
+    end
+    local token = tonumber(record.fencing_token)
+    if not latest or (token and token >= latest) then
+      return nil
+    end
+  end
+  if not latest then
+    return nil
+  end
+  local released = tonumber(redis.call('GET', ended) or '')
+  if released and released >= latest then
+    return nil
+  end
+  if write then
+    local value = '{"fencing_token":' .. string.format('%d', latest) .. ',"vacant":true}'
+    write_term(term, value, hold)
+  end
+  return {0, false, latest, hold}
 end
 
 -- The candidates registry at `key` (see register.lua) as a table of id →

@@ -9,7 +9,7 @@ local owner = redis.sha1hex(ARGV[1])
 local lease, holder = held_by(KEYS[1])
 if lease and lease.owner == owner then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  write_term(KEYS[3], redis.call('GET', KEYS[1]), tonumber(ARGV[2]))
   return {1}
 end
 local fencing = tonumber(ARGV[4])
@@ -29,5 +29,5 @@ if last < fencing then
 end
 local value = '{"id":' .. ARGV[3] .. ',"fencing_token":' .. string.format('%d', fencing) .. ',"owner":"' .. redis.sha1hex(ARGV[1]) .. '"}'
 redis.call('SET', KEYS[1], value, 'PX', ARGV[2], 'NX')
-redis.call('SET', KEYS[3], value, 'PX', ARGV[2])
+write_term(KEYS[3], value, tonumber(ARGV[2]))
 return {1, fencing}

@@ -1,4 +1,5 @@
--- Release: KEYS[1] lease, KEYS[2] wake list, KEYS[3] term record;
+-- Release: KEYS[1] lease, KEYS[2] wake list, KEYS[3] term record,
+-- KEYS[4] the last released term's token;
 -- ARGV[1] ownership token,
 -- ARGV[2] release channel, ARGV[3] wake copies, ARGV[4] wake linger (ms).
 -- Deletes the lease only if it is still ours and, in the same atomic step,
@@ -7,7 +8,9 @@
 -- on the channel for observers. With ARGV[3] = 0 it only deletes: Redlock
 -- giving back a partial acquire, which ended no one's leadership and must
 -- not wake waiters (two refused candidates would wake each other without
--- end). Returns 1 if released, else 0.
+-- end). Records the term's token as released: the announcement waiters
+-- take the lease at once on (the vacancy rule). Returns 1 if released,
+-- else 0.
 local owner = redis.sha1hex(ARGV[1])
 local record = held_by(KEYS[3])
 if record and record.owner == owner then
@@ -15,6 +18,11 @@ if record and record.owner == owner then
   redis.call('DEL', KEYS[3])
 end
 local lease = held_by(KEYS[1])
+local ended = (record and record.owner == owner and record) or (lease and lease.owner == owner and lease)
+if ended and tonumber(ended.fencing_token) then
+  local last = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+  redis.call('SET', KEYS[4], string.format('%d', math.max(last, tonumber(ended.fencing_token))))
+end
 if lease and lease.owner == owner then
   local id = lease.id or ''
   redis.call('DEL', KEYS[1])
