@@ -726,6 +726,13 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
+    // `BENCH_ONLY=takeover`: handover and crash takeover on Redis and
+    // PostgreSQL alone.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("takeover") {
+        takeover_rows(&exe, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     // `BENCH_ONLY=fence`: what the fence costs a write.
     if std::env::var("BENCH_ONLY").as_deref() == Ok("fence") {
         fence::rows(&exe, &dir);
@@ -1147,6 +1154,41 @@ fn bench_on(exe: &str, dir: &Path, name: &str, next_id: usize) -> Bench {
         zk: None,
         kube: None,
     }
+}
+
+/// Graceful handover and crash takeover (after the lease's expiry, and from
+/// the kill) on one Redis and on PostgreSQL in both modes, in one run: the
+/// rows a change to their vacancy rule must keep (issue #46).
+fn takeover_rows(exe: &str, dir: &Path) {
+    println!(
+        "# handover and crash takeover, Redis and PostgreSQL ({} cores)",
+        num_cpus()
+    );
+    println!();
+    println!(
+        "| backend | graceful handover, K = 3, median / max (ms) | crash takeover, ttl 3s, after expiry, median / max (ms) | from the kill, median / max (ms) |"
+    );
+    println!("|---|---|---|---|");
+    let mut overlaps = 0;
+    let redis = bench_on(exe, dir, "t-redis", 8000);
+    let mut table = bench_on(exe, dir, "t-pg-table", 8100);
+    table.pg = Some((support::postgres::Postgres::start(), ""));
+    let mut advisory = bench_on(exe, dir, "t-pg-advisory", 8200);
+    advisory.pg = Some((support::postgres::Postgres::start(), "mode=advisory"));
+    for (name, mut b) in [
+        ("Redis", redis),
+        ("PostgreSQL table", table),
+        ("PostgreSQL advisory", advisory),
+    ] {
+        let (graceful, overlap) = b.handovers(3, 15);
+        overlaps = overlaps.max(overlap);
+        let (expiry, kill) = b.crash_takeovers_both(5);
+        println!(
+            "| {name} | {:.1} / {:.1} | {:.0} / {:.0} | {:.0} / {:.0} |",
+            graceful.median, graceful.max, expiry.median, expiry.max, kill.median, kill.max
+        );
+    }
+    println!("most probe children alive at once: {overlaps}");
 }
 
 /// The Kubernetes Lease's handover, takeover and idle cost beside etcd's

@@ -43,6 +43,8 @@ pub struct Snapshot {
     pub worker: Option<Worker>,
     /// The live records of the candidates registry, as last read.
     pub candidates: Vec<crate::lease::registry::Record>,
+    /// Another process keeps a record under our id in the registry.
+    pub shared_id: bool,
 }
 
 /// The worker's health as the checks last judged it.
@@ -71,6 +73,7 @@ impl Snapshot {
             leading_since: None,
             worker: None,
             candidates: Vec::new(),
+            shared_id: false,
         }
     }
 
@@ -120,8 +123,10 @@ impl Snapshot {
                 .leading_since
                 .filter(|_| held.is_some())
                 .map(|t| humantime::format_rfc3339_millis(t).to_string()),
-            // Another holder under our id: two candidates share an id.
-            duplicate_id: held.is_none() && observed.is_some_and(|o| o.id.as_deref() == Some(id)),
+            // Another holder under our id, or another process's record
+            // under it: two candidates share an id.
+            duplicate_id: self.shared_id
+                || (held.is_none() && observed.is_some_and(|o| o.id.as_deref() == Some(id))),
             backend_nodes: None,
             worker_healthy: self.worker.as_ref().map(|w| w.healthy.unwrap_or(false)),
             candidates: crate::lease::registry::in_order(

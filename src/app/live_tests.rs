@@ -20,6 +20,7 @@ fn record(id: &str, healthy: Option<bool>) -> Record {
         version: "0.1.0".to_string(),
         since_ms: 0,
         successor: None,
+        instance: String::new(),
     }
 }
 

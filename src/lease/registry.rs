@@ -28,6 +28,31 @@ pub struct Record {
     /// the others let that one lead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub successor: Option<String>,
+    /// The writing process, random per run ([`instance`]): two live
+    /// records with one id and two instances are two processes sharing an
+    /// id. Empty in an older leaderd's record.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub instance: String,
+}
+
+/// This process's instance: 8 random hex digits, drawn once per run.
+pub fn instance() -> &'static str {
+    static INSTANCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    INSTANCE.get_or_init(|| crate::lease::contract::new_token()[..8].to_string())
+}
+
+/// The name this process's record is kept under in the registry: its id
+/// and its instance, so two processes sharing an id keep two records and
+/// each sees the other's ([`Record::instance`]).
+pub fn entry(id: &str) -> String {
+    format!("{id}.{}", instance())
+}
+
+/// Whether `records` hold a record of another process under `id`.
+pub fn shared(records: &[Record], id: &str) -> bool {
+    records
+        .iter()
+        .any(|r| r.id == id && !r.instance.is_empty() && r.instance != instance())
 }
 
 impl Record {
@@ -82,6 +107,7 @@ mod tests {
             version: "0.1.0".into(),
             since_ms,
             successor: None,
+            instance: String::new(),
         }
     }
 
@@ -100,6 +126,29 @@ mod tests {
             .map(|r| r.id)
             .collect();
         assert_eq!(order, ["holder", "new", "old", "peer", "sick"]);
+    }
+
+    #[test]
+    fn another_instance_under_our_id_is_a_second_process() {
+        let mine = Record {
+            instance: instance().to_string(),
+            ..record("web-0", "1", None, 1)
+        };
+        let other = Record {
+            instance: "0badc0de".into(),
+            ..record("web-0", "1", None, 2)
+        };
+        let older = record("web-0", "1", None, 3);
+        let peer = Record {
+            instance: "0badc0de".into(),
+            ..record("web-1", "1", None, 1)
+        };
+        assert!(!shared(&[mine.clone(), peer.clone()], "web-0"));
+        // An older leaderd's record says nothing of its process.
+        assert!(!shared(&[mine.clone(), older], "web-0"));
+        assert!(shared(&[mine, other, peer], "web-0"));
+        assert_eq!(instance().len(), 8);
+        assert_eq!(entry("web-0"), format!("web-0.{}", instance()));
     }
 
     #[test]

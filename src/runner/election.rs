@@ -146,6 +146,7 @@ impl<'c> Runner<'c> {
                 ranking.priority.clone(),
                 timing.renew_interval,
                 timing.refused_backoff(),
+                3 * timing.ttl,
             ),
             succession: Succession::new(&config.id, ranking.priority, ranking.handover_delay),
             outranked: 0,

@@ -29,6 +29,14 @@ pub(super) struct Registration {
     again: bool,
     /// Everyone's records, as the last answered write returned them.
     pub(super) records: Vec<Record>,
+    /// When this process started, and how long a dead process's record may
+    /// still be listed: another instance's record under our id counts only
+    /// once we have run longer than that (a record of the process we
+    /// replaced, killed before it could remove it, is no second process).
+    started: Instant,
+    lapse: Duration,
+    /// Whether another process keeps a record under our id, as last said.
+    shared: bool,
 }
 
 impl Registration {
@@ -37,6 +45,7 @@ impl Registration {
         priority: Priority,
         every: Duration,
         refused: Duration,
+        lapse: Duration,
     ) -> Registration {
         Registration {
             id: id.to_string(),
@@ -51,6 +60,9 @@ impl Registration {
             successor: None,
             again: false,
             records: Vec::new(),
+            started: Instant::now(),
+            lapse,
+            shared: false,
         }
     }
 
@@ -76,6 +88,7 @@ impl Registration {
             version: env!("CARGO_PKG_VERSION").to_string(),
             since_ms: self.since_ms,
             successor: self.successor.clone(),
+            instance: crate::lease::registry::instance().to_string(),
         }
     }
 
@@ -104,8 +117,16 @@ impl Registration {
         self.next = Some(Instant::now() + wait);
         match result {
             Ok(records) => {
-                metrics.candidates(records.len());
-                status.send_modify(|s| s.candidates = records.clone());
+                // One per id: a process started again under its id (the
+                // old one's record not yet lapsed) counts once.
+                metrics.candidates(crate::lease::registry::in_order(records.clone(), None).len());
+                let shared = self.started.elapsed() > self.lapse
+                    && crate::lease::registry::shared(&records, &self.id);
+                self.notice_shared(shared);
+                status.send_modify(|s| {
+                    s.candidates = records.clone();
+                    s.shared_id = shared;
+                });
                 self.records = records.clone();
                 Some(records)
             }
@@ -113,6 +134,22 @@ impl Registration {
                 tracing::debug!(error = %e, "registration failed; written again at the next interval");
                 None
             }
+        }
+    }
+
+    /// Says once per change that another process keeps a record under our
+    /// id, and when it no longer does.
+    fn notice_shared(&mut self, shared: bool) {
+        if shared == std::mem::replace(&mut self.shared, shared) {
+            return;
+        }
+        if shared {
+            tracing::error!(
+                id = %self.id,
+                "another process keeps a candidate record under this instance's id: give every candidate a unique --id (in Kubernetes, the pod name)"
+            );
+        } else {
+            tracing::info!(id = %self.id, "no other process keeps a record under this instance's id any more");
         }
     }
 }

@@ -153,6 +153,7 @@ mod tests {
             version: "0.1.0".into(),
             since_ms,
             successor: None,
+            instance: String::new(),
         }
     }
 

@@ -149,14 +149,14 @@ fn two_candidates_with_one_id_are_told_apart() {
     let warnings = second
         .log()
         .iter()
-        .filter(|l| l.contains("unique --id"))
+        .filter(|l| l.contains("holds the lease under this instance's id"))
         .count();
     // Once per change, not at every look.
     std::thread::sleep(Duration::from_secs(3));
     let later = second
         .log()
         .iter()
-        .filter(|l| l.contains("unique --id"))
+        .filter(|l| l.contains("holds the lease under this instance's id"))
         .count();
     assert_eq!((warnings, later), (1, 1));
 }

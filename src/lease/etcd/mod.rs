@@ -116,7 +116,7 @@ impl EtcdLease {
             fencing: 0,
             spent: 0,
             vacancies: Vacancies::default(),
-            registry: registry::Registry::new(base, id, timing.ttl),
+            registry: registry::Registry::new(base, &crate::lease::registry::entry(id), timing.ttl),
         }
     }
 

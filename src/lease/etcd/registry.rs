@@ -1,5 +1,5 @@
 //! The candidates registry on etcd: one key per candidate,
-//! `BASE#candidates/ID` (outside the election's `BASE/` range, which the
+//! `BASE#candidates/ID.INSTANCE` (outside the election's `BASE/` range, which the
 //! lease reads whole), holding the record and its expiry in ms on the
 //! writer's clock. One transaction per registration writes ours and reads
 //! them all, and deletes those a reader saw expired by more than a TTL

@@ -412,13 +412,15 @@ impl LeaseBackend for FileLease {
 
     async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
         let path = registry::path_for(&self.path);
-        registry::register(&path, &self.id, me, self.ttl, true)
+        let entry = crate::lease::registry::entry(&self.id);
+        registry::register(&path, &entry, me, self.ttl, true)
             .map_err(|e| self.error(format!("its candidates registry {}: {e}", path.display())))
     }
 
     async fn candidates(&mut self) -> Result<Vec<Record>, Error> {
         let path = registry::path_for(&self.path);
-        registry::register(&path, &self.id, None, self.ttl, false)
+        let entry = crate::lease::registry::entry(&self.id);
+        registry::register(&path, &entry, None, self.ttl, false)
             .map_err(|e| self.error(format!("its candidates registry {}: {e}", path.display())))
     }
 

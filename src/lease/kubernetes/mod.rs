@@ -116,7 +116,11 @@ impl KubeLease {
             mine: None,
             observer: Shared::default(),
             vacancies: Vacancies::default(),
-            registry: registry::Registry::new(&config.lease, &common.id, common.timing.ttl),
+            registry: registry::Registry::new(
+                &config.lease,
+                &crate::lease::registry::entry(&common.id),
+                common.timing.ttl,
+            ),
             implicit: config.implicit,
             opaque_warned: false,
         })

@@ -1,6 +1,7 @@
 //! The candidates registry on Kubernetes: one more Lease, `NAME-candidates`
 //! (so the Role names both by `resourceNames` and needs no `list`), with an
-//! annotation per candidate, `leaderd.io/candidate.ID`: its record, its
+//! annotation per candidate process, `leaderd.io/candidate.ID.INSTANCE`
+//! ([`crate::lease::registry::entry`]): its record, its
 //! expiry in ms on the writer's clock, and, while it leads, its term's
 //! token (what a candidate that never saw a deleted Lease's holder learns
 //! the vacancy rule from). A registration is one JSON merge patch of its own

@@ -393,7 +393,7 @@ impl LeaseBackend for PgLease {
         let statement = self.statements.register.clone();
         let json = me.map(|r| serde_json::to_string(r).expect("a record always serialises"));
         let ttl_ms = self.timing.ttl_ms() as i64;
-        let (key, id) = (self.key.clone(), self.id.clone());
+        let (key, id) = (self.key.clone(), crate::lease::registry::entry(&self.id));
         let rows = self
             .run(
                 &statement,

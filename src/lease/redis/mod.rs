@@ -30,7 +30,7 @@ use super::contract::{
 use crate::config::Backend;
 use crate::lease::contract::Wakeups;
 use crate::lease::contract::open_as;
-use crate::lease::registry::Record;
+use crate::lease::registry::{Record, entry};
 use classify::classify;
 use config::RedisConfig;
 use keys::{Keys, blocked, blocked_error, keys};
@@ -356,8 +356,8 @@ impl LeaseBackend for RedisLease {
     }
 
     async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
-        let (key, id) = (&self.registry_key, &self.id);
-        let call = registry::register(&self.scripts, key, id, me, self.ttl_ms);
+        let (key, entry) = (&self.registry_key, &entry(&self.id));
+        let call = registry::register(&self.scripts, key, entry, me, self.ttl_ms);
         let reply = self.link.invoke(&call).await?;
         registry::records(&reply, &self.link.url)
     }

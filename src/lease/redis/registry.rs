@@ -64,7 +64,10 @@ pub(crate) fn union(
             Ok(records) => {
                 answered = true;
                 for r in records {
-                    if !all.iter().any(|seen| seen.id == r.id) {
+                    if !all
+                        .iter()
+                        .any(|seen| seen.id == r.id && seen.instance == r.instance)
+                    {
                         all.push(r);
                     }
                 }

@@ -436,7 +436,8 @@ impl LeaseBackend for Redlock {
     async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
         let id: String = serde_json::from_str(&self.id_json).expect("id_json is a JSON string");
         let ttl_ms = self.timing.ttl_ms();
-        let call = registry::register(&self.scripts, &self.registry_key, &id, me, ttl_ms);
+        let entry = crate::lease::registry::entry(&id);
+        let call = registry::register(&self.scripts, &self.registry_key, &entry, me, ttl_ms);
         self.hear_late();
         // A majority's records are everyone's: each candidate writes its
         // own on every master.

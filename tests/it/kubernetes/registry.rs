@@ -1,4 +1,5 @@
-//! The registry's Lease (`NAME-candidates`): one annotation per candidate,
+//! The registry's Lease (`NAME-candidates`): one annotation per candidate
+//! process (`leaderd.io/candidate.ID.INSTANCE`),
 //! and a dead candidate's dropped from the object — not only from the
 //! listing — once it has lapsed by more than a TTL, by a live candidate's
 //! conditional patch.
@@ -21,7 +22,8 @@ fn annotated(kube: &Kube, key: &str) -> Vec<String> {
         .into_iter()
         .flatten()
         .filter_map(|(k, _)| k.strip_prefix("leaderd.io/candidate."))
-        .map(String::from)
+        // ID.INSTANCE: the id, without the process's instance.
+        .map(|k| k.rsplit_once('.').map_or(k, |(id, _)| id).to_string())
         .collect();
     names.sort();
     names
