@@ -371,7 +371,8 @@ impl LeaseBackend for RedisLease {
     /// Runs acquire, renew and release on a scratch election (`KEY.check`)
     /// as the configured user, and one short `BLPOP` on its wake list, so a
     /// missing ACL permission shows up now rather than at the first
-    /// election. Leaves only the scratch fence counter behind.
+    /// election. Leaves only the scratch fence counter and its
+    /// released token (`KEY.check` keys without expiry) behind.
     async fn self_check(&mut self) -> Result<Vec<String>, Error> {
         let (config, common) = self.opened.clone().expect("opened from its settings");
         let mut scratch = RedisLease::open(&config, &common.scratch())?;
