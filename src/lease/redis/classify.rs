@@ -72,10 +72,15 @@ pub(crate) fn classify(e: RedisError, url: &str, timeout: Duration) -> Error {
     let denied_in_script = detail.contains("can't run this command")
         || detail.contains("No permissions to access")
         || detail.contains("NOPERM");
+    // A request of more than ten arguments (an acquire's script call) from
+    // a client that has not logged in is refused before any command runs,
+    // as a protocol error, and the connection closed.
+    let unauthenticated = detail.contains("unauthenticated multibulk");
     let auth = e.kind() == ErrorKind::AuthenticationFailed
         || e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
         || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
-        || denied_in_script;
+        || denied_in_script
+        || unauthenticated;
     if auth {
         Error::Misconfigured {
             backend,
