@@ -229,7 +229,12 @@ fn begin(p: &Planned, scene: &mut dyn Scene, key: &str, fleet: &mut Fleet) -> Op
             if write != Write::Restore {
                 scene.save(key);
             }
-            scene.outside(key, &write) != Done::No
+            // A write the store has no way to make (a shorter etcd lease),
+            // or nothing saved yet to put back: the holder cleared instead.
+            match scene.outside(key, &write) {
+                Done::No if write != Write::Clear => scene.outside(key, &Write::Clear) != Done::No,
+                done => done != Done::No,
+            }
         }
         Kind::Isolate | Kind::Slow | Kind::Reset => {
             let i = fleet.target(p.pick);
