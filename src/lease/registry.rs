@@ -38,7 +38,11 @@ pub struct Record {
 /// This process's instance: 8 random hex digits, drawn once per run.
 pub fn instance() -> &'static str {
     static INSTANCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    INSTANCE.get_or_init(|| crate::lease::contract::new_token()[..8].to_string())
+    INSTANCE.get_or_init(|| {
+        let mut bytes = [0u8; 4];
+        getrandom::fill(&mut bytes).expect("the OS random source is available on Linux");
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    })
 }
 
 /// The name this process's record is kept under in the registry: its id

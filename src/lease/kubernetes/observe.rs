@@ -65,8 +65,16 @@ impl Observer {
             _ => seen.duration,
         };
         self.longest = Some((term, longest));
+        // The same record, unless it was written again meanwhile: a copy
+        // put back (an old term's record, after others this candidate did
+        // not see) looks like the last sight but is a new write, counted
+        // from now, like any change.
+        let rewritten = |last: &Sight| {
+            let before = revision(&last.lease).unwrap_or(0);
+            before != 0 && version != 0 && before != version
+        };
         match &mut self.last {
-            Some(last) if last.seen == seen => last.lease = lease.clone(),
+            Some(last) if last.seen == seen && !rewritten(last) => last.lease = lease.clone(),
             _ => {
                 self.last = Some(Sight {
                     lease: lease.clone(),

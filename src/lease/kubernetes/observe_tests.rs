@@ -123,3 +123,21 @@ fn nothing_is_judged_of_a_record_the_watch_has_seen_change() {
     o.look(Some(&read), t0 + 20 * S);
     assert_eq!(o.left_of(&seen, t0 + 20 * S, NONE), None);
 }
+
+/// Found by `contract::outside` (Restore): a waiter without a watch saw a's
+/// record, missed its release and c's term, and then saw a's record put
+/// back exactly as it had seen it, but written again (a new
+/// resourceVersion). It is a new sighting, counted from now: counted from
+/// the old one it was expired at once, and the waiter started beside c.
+#[test]
+fn a_record_put_back_as_it_was_seen_is_counted_from_its_new_sighting() {
+    let t0 = Instant::now();
+    let mut o = Observer::default();
+    o.look(Some(&lease("a", 0, 2, 10)), t0);
+    // Unseen: a's release (11), c's term (12..20); then the copy (21).
+    o.look(Some(&lease("a", 0, 2, 21)), t0 + 3 * S);
+    assert_eq!(o.left(t0 + 3 * S, NONE), Some(2 * S));
+    // The same write at a later look keeps its sighting.
+    o.look(Some(&lease("a", 0, 2, 21)), t0 + 4 * S);
+    assert_eq!(o.left(t0 + 4 * S, NONE), Some(S));
+}
