@@ -13,6 +13,10 @@ pub struct Timing {
     pub renew_interval: Duration,
     pub renew_deadline: Duration,
     pub retry_interval: Duration,
+    /// How often a standby rewrites its unchanged registry record (issue
+    /// #47): far slower than the lease, so the registry's idle load does
+    /// not grow with the lease's pace times the number of standbys.
+    pub registry_heartbeat: Duration,
 }
 
 impl Timing {
@@ -44,6 +48,26 @@ impl Timing {
     /// Latest instant the work may still run after losing the lease.
     pub fn kill_by(&self, validity_end: Instant) -> Instant {
         validity_end - self.kill_margin()
+    }
+
+    /// How long a registry record lives after its last write: two
+    /// heartbeats, so one write lost or late never hides a live candidate,
+    /// and never less than a TTL. A candidate killed without removing its
+    /// record is listed at most this long after its last write.
+    pub fn registry_lapse(&self) -> Duration {
+        (self.registry_heartbeat * 2).max(self.ttl)
+    }
+
+    /// How often this candidate writes its registry record while nothing
+    /// in it changed: every renew interval while it leads (the leader is
+    /// the one reader that must see a newcomer soon, and there is one of
+    /// it), every heartbeat while it stands by.
+    pub fn registry_interval(&self, leading: bool) -> Duration {
+        if leading {
+            self.renew_interval.min(self.registry_heartbeat)
+        } else {
+            self.registry_heartbeat
+        }
     }
 
     /// How long to wait between renewal attempts after one failed: short enough
@@ -81,6 +105,7 @@ impl Default for Timing {
             renew_interval: Duration::from_millis(3333),
             renew_deadline: Duration::from_millis(6666),
             retry_interval: Duration::from_secs(2),
+            registry_heartbeat: Duration::from_secs(120),
         }
     }
 }

@@ -141,11 +141,17 @@ fn build(r: &Resolver<'_>, s: &Sources<'_>, catalog: &Catalog) -> Result<Config,
     let renew_deadline = or_default(renew_deadline, whole_millis(ttl.value * 2 / 3), "ttl × 2/3");
     let retry_interval = r.scalar(&options::RETRY_INTERVAL, positive(values::parse_duration))?;
     let retry_interval = or_default(retry_interval, Duration::from_secs(2), "");
+    let heartbeat = r.scalar(
+        &options::REGISTRY_HEARTBEAT,
+        positive(values::parse_duration),
+    )?;
+    let heartbeat = or_default(heartbeat, Duration::from_secs(120), "");
     for (name, v) in [
         ("lease.ttl", &ttl),
         ("lease.renew_interval", &renew_interval),
         ("lease.renew_deadline", &renew_deadline),
         ("lease.retry_interval", &retry_interval),
+        ("lease.registry_heartbeat", &heartbeat),
     ] {
         note(name, format!("{:?}", show(v.value)), &v.origin);
     }
@@ -154,6 +160,7 @@ fn build(r: &Resolver<'_>, s: &Sources<'_>, catalog: &Catalog) -> Result<Config,
         renew_interval: renew_interval.value,
         renew_deadline: renew_deadline.value,
         retry_interval: retry_interval.value,
+        registry_heartbeat: heartbeat.value,
     };
     check_timing(&timing, &ttl, &renew_interval, &renew_deadline)?;
     let http = r.scalar(&options::HTTP, values::parse_http)?;

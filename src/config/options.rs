@@ -215,6 +215,16 @@ pub const RETRY_INTERVAL: Spec = spec(
 .under(TIMING)
 .help("Wait after backend errors, jittered")
 .default("2s");
+pub const REGISTRY_HEARTBEAT: Spec = spec(
+    "registry_heartbeat",
+    "--registry-heartbeat",
+    "LEADERD_REGISTRY_HEARTBEAT",
+    "lease.registry_heartbeat",
+)
+.value("DUR")
+.under(TIMING)
+.help("How often a standby rewrites its unchanged candidates-registry record; a record lapses two heartbeats after its last write")
+.default("120s");
 pub const HTTP: Spec = spec("http", "--http", "LEADERD_HTTP", "http.listen")
     .value("ADDR")
     .under("HTTP")
@@ -297,15 +307,16 @@ pub const LOG_LEVEL: Spec = spec("log_level", "--log-level", "RUST_LOG", "log.le
 /// Every option, in the order of `--help`, `check` and the docs.
 /// The common options before the backends' (in `--help`, the manual and
 /// `check`).
-pub const HEAD: [&Spec; 3] = [&CONFIG, &KEY, &ID];
+pub const HEAD: &[&Spec] = &[&CONFIG, &KEY, &ID];
 
 /// The common options after the backends' (the features of the work's
 /// section follow them).
-pub const TAIL: [&Spec; 11] = [
+pub const TAIL: &[&Spec] = &[
     &TTL,
     &RENEW_INTERVAL,
     &RENEW_DEADLINE,
     &RETRY_INTERVAL,
+    &REGISTRY_HEARTBEAT,
     &HTTP,
     &STOP_SIGNAL,
     &STOP_TIMEOUT,
@@ -316,7 +327,7 @@ pub const TAIL: [&Spec; 11] = [
 ];
 
 /// The common options last of all.
-pub const END: [&Spec; 2] = [&LOG_FORMAT, &LOG_LEVEL];
+pub const END: &[&Spec] = &[&LOG_FORMAT, &LOG_LEVEL];
 
 /// The option of `all` with TOML key `key`.
 pub fn by_key(all: &[&'static Spec], key: &str) -> Option<&'static Spec> {

@@ -84,6 +84,7 @@ fn defaults_apply_when_nothing_is_set() {
             renew_interval: Duration::from_millis(3333),
             renew_deadline: Duration::from_millis(6666),
             retry_interval: Duration::from_secs(2),
+            registry_heartbeat: Duration::from_secs(120),
         }
     );
     assert_eq!(c.http, Some(([127, 0, 0, 1], 4040).into()));

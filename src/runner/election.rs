@@ -79,6 +79,9 @@ pub(super) struct Runner<'c> {
     held: bool,
     once: Option<Once>,
     registration: Registration,
+    /// A release woke this standby while its records were read afresh:
+    /// the machine hears of the release once they are judged.
+    notice_after_read: bool,
     succession: Succession,
     /// How many registered candidates outrank this one.
     outranked: u8,
@@ -141,13 +144,8 @@ impl<'c> Runner<'c> {
                 .child
                 .wait
                 .map(|wait| Once::new(Instant::now(), wait)),
-            registration: Registration::new(
-                &config.id,
-                ranking.priority.clone(),
-                timing.renew_interval,
-                timing.refused_backoff(),
-                3 * timing.ttl,
-            ),
+            registration: Registration::new(&config.id, ranking.priority.clone(), timing),
+            notice_after_read: false,
             succession: Succession::new(&config.id, ranking.priority, ranking.handover_delay),
             outranked: 0,
             handover: Handover::default(),
@@ -177,8 +175,12 @@ impl<'c> Runner<'c> {
     }
 
     /// What the machine must hear before the loop waits again.
-    pub(super) fn pending(&self) -> Option<Event> {
-        standing_news(&self.state, self.outranked)
+    pub(super) fn pending(&mut self) -> Option<Event> {
+        standing_news(&self.state, self.outranked).or_else(|| {
+            let ready = self.notice_after_read && !self.registration.reading;
+            self.notice_after_read &= !ready;
+            ready.then_some(Event::ReleaseNotified)
+        })
     }
 
     pub(super) fn waits(&self, now: Instant) -> Waits {
@@ -187,7 +189,7 @@ impl<'c> Runner<'c> {
             shutdown: !self.shutdown_seen,
             register: self
                 .registration
-                .due(healthy)
+                .due(healthy, self.state.leading().is_some())
                 .filter(|_| !self.shutdown_seen),
             handover: self.handover.at(),
             once: self.once.as_ref().and_then(|o| o.wake(now)),
@@ -209,14 +211,17 @@ impl<'c> Runner<'c> {
             }
             Input::RegisterDue => {
                 let healthy = self.health.as_ref().and_then(Health::healthy);
-                let me = self.registration.record(healthy);
+                let me = self
+                    .registration
+                    .record(healthy, self.state.leading().is_some());
                 drop(self.ops.send(Op::Register(me)));
                 None
             }
             Input::Registered(result) => {
-                let records = self
-                    .registration
-                    .answered(result, &self.status, &self.metrics)?;
+                let leading = self.state.leading().is_some();
+                let records =
+                    self.registration
+                        .answered(result, leading, &self.status, &self.metrics)?;
                 let leading = self.state.leading().map(|l| l.fencing_token);
                 let verdict = self.succession.judge(&records, leading, now);
                 self.outranked = verdict.outranked;
@@ -270,7 +275,19 @@ impl<'c> Runner<'c> {
                 self.handover.due(self.state.leading().is_some())
             }
             Input::OnceDeadline | Input::Tick => Some(Event::Tick),
-            Input::ReleaseNotice => Some(Event::ReleaseNotified),
+            Input::ReleaseNotice => {
+                // A standby's copy of the registry is a heartbeat old: read
+                // it before campaigning, so it defers to whom it must.
+                if self.state.leading().is_some() || !self.registration.stale(now) {
+                    return Some(Event::ReleaseNotified);
+                }
+                if !self.registration.reading {
+                    self.registration.reading = true;
+                    drop(self.ops.send(Op::ReadRegistry));
+                }
+                self.notice_after_read = true;
+                None
+            }
             Input::Health(verdict) => {
                 let ident = Ident {
                     id: &config.id,

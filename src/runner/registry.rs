@@ -1,12 +1,21 @@
-//! This candidate's record in the registry beside the lease: written every
-//! renew interval by every candidate (so it lives while the candidate does,
-//! and lapses a TTL after it dies), at once when its worker's health
-//! changes, and removed on the way out; each write's answer is the live
-//! records, which `/leader` lists and the metrics count.
+//! This candidate's record in the registry beside the lease (issue #47):
+//! written at once when it changes (start, worker health, a term begun or
+//! ended, a named successor), otherwise every renew interval while this
+//! candidate leads and every heartbeat while it stands by — so the
+//! registry's idle load is the leader's plus one write per standby per
+//! heartbeat, not one per standby per renew interval — and removed on the
+//! way out. A record lapses two heartbeats after its last write. Each
+//! write's answer is the live records, which `/leader` lists and the
+//! metrics count; a standby woken by a release reads them first when its
+//! copy is older than a renew interval ([`Registration::stale`]), so it
+//! defers to a newcomer of higher priority or to a named successor it has
+//! not seen yet.
 
+use super::worker::Registered;
 use crate::lease::registry::{Priority, Record};
 use crate::metrics::Metrics;
 use crate::status::Snapshot;
+use crate::timing::Timing;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -15,14 +24,19 @@ pub(super) struct Registration {
     id: String,
     priority: Priority,
     since_ms: u64,
-    every: Duration,
+    timing: Timing,
     /// After the store refused our credentials or permissions: the lease's
     /// own back-off (`Timing::refused_backoff`), one fact for both.
     refused: Duration,
     /// When the next write is due; `None` while one is out.
     next: Option<Instant>,
-    /// The health we last wrote.
+    /// The health we last wrote, and whether we led then.
     written: Option<bool>,
+    written_leading: bool,
+    /// When the records were last read (written or not), and whether a
+    /// read is out.
+    read_at: Option<Instant>,
+    pub(super) reading: bool,
     /// The successor a targeted handover names while it is under way.
     pub(super) successor: Option<String>,
     /// The record changed while a write was out: write again at once.
@@ -40,47 +54,49 @@ pub(super) struct Registration {
 }
 
 impl Registration {
-    pub(super) fn new(
-        id: &str,
-        priority: Priority,
-        every: Duration,
-        refused: Duration,
-        lapse: Duration,
-    ) -> Registration {
+    pub(super) fn new(id: &str, priority: Priority, timing: Timing) -> Registration {
         Registration {
             id: id.to_string(),
             priority,
             since_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
-            every,
-            refused,
+            timing,
+            refused: timing.refused_backoff(),
             next: Some(Instant::now()),
             written: None,
+            written_leading: false,
+            read_at: None,
+            reading: false,
             successor: None,
             again: false,
             records: Vec::new(),
             started: Instant::now(),
-            lapse,
+            // A process we replaced, killed before it could remove its
+            // record, is listed for a lapse after its last write.
+            lapse: timing.registry_lapse() + timing.ttl,
             shared: false,
         }
     }
 
     /// When to write next: at the interval, or now if the worker's health
-    /// changed since the last write.
-    pub(super) fn due(&self, healthy: Option<bool>) -> Option<Instant> {
+    /// or whether we lead changed since the last write.
+    pub(super) fn due(&self, healthy: Option<bool>, leading: bool) -> Option<Instant> {
         let next = self.next?;
-        Some(if healthy != self.written {
-            Instant::now().min(next)
-        } else {
-            next
-        })
+        Some(
+            if healthy != self.written || leading != self.written_leading {
+                Instant::now().min(next)
+            } else {
+                next
+            },
+        )
     }
 
     /// The record to write now; the next is due when its answer came.
-    pub(super) fn record(&mut self, healthy: Option<bool>) -> Record {
+    pub(super) fn record(&mut self, healthy: Option<bool>, leading: bool) -> Record {
         self.next = None;
         self.written = healthy;
+        self.written_leading = leading;
         Record {
             id: self.id.clone(),
             priority: self.priority.clone(),
@@ -101,22 +117,46 @@ impl Registration {
         }
     }
 
+    /// Whether a standby's copy of the records is too old to judge a
+    /// vacancy by: older than the leader's own interval, so a record the
+    /// leader wrote just before its release (a named successor) may be
+    /// missing from it.
+    pub(super) fn stale(&self, now: Instant) -> bool {
+        self.read_at
+            .is_none_or(|at| now.duration_since(at) >= self.timing.renew_interval)
+    }
+
     /// The answer: the live records, or why there are none this time (a
     /// backend error is the lease operations' to report; logged at DEBUG).
+    /// `wrote`: the answer to a write (the next is scheduled from it), not
+    /// to a read.
     pub(super) fn answered(
         &mut self,
-        result: Result<Vec<Record>, crate::lease::Error>,
+        answer: Registered,
+        leading: bool,
         status: &watch::Sender<Snapshot>,
         metrics: &Metrics,
     ) -> Option<Vec<Record>> {
-        let wait = match &result {
-            Err(e) if e.needs_a_person() => self.refused,
-            _ if std::mem::take(&mut self.again) => Duration::ZERO,
-            _ => self.every,
-        };
-        self.next = Some(Instant::now() + wait);
+        let Registered { result, wrote } = answer;
+        if wrote {
+            let wait = match &result {
+                Err(e) if e.needs_a_person() => self.refused,
+                // A transient failure: soon, not a heartbeat later, or the
+                // record could lapse before the next try.
+                Err(_) => self
+                    .timing
+                    .retry_interval
+                    .min(self.timing.registry_interval(leading)),
+                _ if std::mem::take(&mut self.again) => Duration::ZERO,
+                _ => self.timing.registry_interval(leading),
+            };
+            self.next = Some(Instant::now() + wait);
+        } else {
+            self.reading = false;
+        }
         match result {
             Ok(records) => {
+                self.read_at = Some(Instant::now());
                 // One per id: a process started again under its id (the
                 // old one's record not yet lapsed) counts once.
                 metrics.candidates(crate::lease::registry::in_order(records.clone(), None).len());

@@ -18,6 +18,9 @@ pub(super) enum Op {
     Renew,
     Release,
     Register(Record),
+    /// Reads the registry, writing nothing: a standby woken by a release
+    /// whose copy is old.
+    ReadRegistry,
     StepAside,
 }
 
@@ -29,7 +32,12 @@ pub(super) enum Report {
 
 /// A registration's answer: everyone's records. Reported apart from the
 /// lease's operations: it is no event of the machine.
-pub(super) type Registered = Result<Vec<Record>, lease::Error>;
+#[derive(Debug)]
+pub(super) struct Registered {
+    pub(super) result: Result<Vec<Record>, lease::Error>,
+    /// The answer to a write ([`Op::Register`]), not to a read.
+    pub(super) wrote: bool,
+}
 
 /// Where the worker's answers arrive.
 pub(super) struct Answers {
@@ -136,12 +144,16 @@ async fn work(
         let report = match op {
             Op::Acquire => Report::Acquire(lease.acquire().await),
             Op::Renew => Report::Renew(lease.backend.renew().await),
-            Op::Register(me) => {
-                let result = lease.backend.register(Some(&me)).await;
+            Op::Register(_) | Op::ReadRegistry => {
+                let (result, wrote) = match &op {
+                    Op::Register(me) => (lease.backend.register(Some(me)).await, true),
+                    _ => (lease.backend.candidates().await, false),
+                };
                 let outcome = result.as_ref().map_or_else(lease::Error::label, |_| "ok");
-                metrics.lease_op("register", outcome, started.elapsed());
+                let name = if wrote { "register" } else { "read_registry" };
+                metrics.lease_op(name, outcome, started.elapsed());
                 metrics.backend_nodes(lease.backend.nodes());
-                if registered.send(result).is_err() {
+                if registered.send(Registered { result, wrote }).is_err() {
                     break;
                 }
                 continue;

@@ -116,7 +116,11 @@ impl EtcdLease {
             fencing: 0,
             spent: 0,
             vacancies: Vacancies::default(),
-            registry: registry::Registry::new(base, &crate::lease::registry::entry(id), timing.ttl),
+            registry: registry::Registry::new(
+                base,
+                &crate::lease::registry::entry(id),
+                timing.registry_lapse(),
+            ),
         }
     }
 

@@ -53,6 +53,8 @@ pub struct FileLease {
     /// The embedded default, chosen because no backend was configured.
     implicit: bool,
     ttl: Duration,
+    /// How long our registry record lives after a write.
+    registry_lapse: Duration,
     /// The file we last saw locked by another candidate, and its term.
     seen: Option<Seen>,
     vacancies: Vacancies,
@@ -102,6 +104,7 @@ impl FileLease {
             highest_fencing: 0,
             implicit: false,
             ttl: crate::timing::Timing::default().ttl,
+            registry_lapse: crate::timing::Timing::default().registry_lapse(),
             seen: None,
             vacancies: Vacancies::default(),
         }
@@ -112,6 +115,7 @@ impl FileLease {
         FileLease {
             implicit: config.implicit,
             ttl: common.timing.ttl,
+            registry_lapse: common.timing.registry_lapse(),
             ..FileLease::new(&config.path, &common.id)
         }
     }
@@ -413,14 +417,14 @@ impl LeaseBackend for FileLease {
     async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
         let path = registry::path_for(&self.path);
         let entry = crate::lease::registry::entry(&self.id);
-        registry::register(&path, &entry, me, self.ttl, true)
+        registry::register(&path, &entry, me, self.registry_lapse, true)
             .map_err(|e| self.error(format!("its candidates registry {}: {e}", path.display())))
     }
 
     async fn candidates(&mut self) -> Result<Vec<Record>, Error> {
         let path = registry::path_for(&self.path);
         let entry = crate::lease::registry::entry(&self.id);
-        registry::register(&path, &entry, None, self.ttl, false)
+        registry::register(&path, &entry, None, self.registry_lapse, false)
             .map_err(|e| self.error(format!("its candidates registry {}: {e}", path.display())))
     }
 

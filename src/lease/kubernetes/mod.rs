@@ -119,7 +119,7 @@ impl KubeLease {
             registry: registry::Registry::new(
                 &config.lease,
                 &crate::lease::registry::entry(&common.id),
-                common.timing.ttl,
+                common.timing.registry_lapse(),
             ),
             implicit: config.implicit,
             opaque_warned: false,

@@ -392,7 +392,7 @@ impl LeaseBackend for PgLease {
     async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
         let statement = self.statements.register.clone();
         let json = me.map(|r| serde_json::to_string(r).expect("a record always serialises"));
-        let ttl_ms = self.timing.ttl_ms() as i64;
+        let ttl_ms = self.timing.registry_lapse().as_millis() as i64;
         let (key, id) = (self.key.clone(), crate::lease::registry::entry(&self.id));
         let rows = self
             .run(

@@ -54,6 +54,8 @@ pub struct RedisLease {
     id: String,
     id_json: String,
     ttl_ms: u64,
+    /// How long our registry record lives after a write ([`crate::timing::Timing::registry_lapse`]).
+    registry_ms: u64,
     /// The ownership token of the lease we hold or may hold (after a timeout).
     token: Option<String>,
     /// Highest fencing token seen for this key: a floor for the next one, so
@@ -103,6 +105,7 @@ impl RedisLease {
             common.timing.ttl,
         );
         lease.link.wait = *wait;
+        lease.registry_ms = common.timing.registry_lapse().as_millis() as u64;
         lease.link.route = route;
         lease.opened = Some((config.clone(), common.clone()));
         Ok(lease)
@@ -152,6 +155,7 @@ impl RedisLease {
             id: id.to_string(),
             id_json: serde_json::to_string(id).expect("a string always serialises"),
             ttl_ms: ttl.as_millis() as u64,
+            registry_ms: ttl.as_millis() as u64,
             token: None,
             highest_fencing: 0,
             scripts,
@@ -357,7 +361,7 @@ impl LeaseBackend for RedisLease {
 
     async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
         let (key, entry) = (&self.registry_key, &entry(&self.id));
-        let call = registry::register(&self.scripts, key, entry, me, self.ttl_ms);
+        let call = registry::register(&self.scripts, key, entry, me, self.registry_ms);
         let reply = self.link.invoke(&call).await?;
         registry::records(&reply, &self.link.url)
     }

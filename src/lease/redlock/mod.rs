@@ -435,7 +435,7 @@ impl LeaseBackend for Redlock {
 
     async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {
         let id: String = serde_json::from_str(&self.id_json).expect("id_json is a JSON string");
-        let ttl_ms = self.timing.ttl_ms();
+        let ttl_ms = self.timing.registry_lapse().as_millis() as u64;
         let entry = crate::lease::registry::entry(&id);
         let call = registry::register(&self.scripts, &self.registry_key, &entry, me, ttl_ms);
         self.hear_late();
