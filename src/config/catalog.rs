@@ -58,9 +58,9 @@ pub fn all_options(catalog: &Catalog) -> Vec<&'static Spec> {
     for backend in &catalog.backends {
         all.extend_from_slice(backend.options);
     }
-    all.extend_from_slice(&options::TAIL);
+    all.extend_from_slice(options::TAIL);
     all.extend(features(Section::Work));
-    all.extend_from_slice(&options::END);
+    all.extend_from_slice(options::END);
     all
 }
 
