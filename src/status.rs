@@ -128,6 +128,7 @@ impl Snapshot {
             duplicate_id: self.shared_id
                 || (held.is_none() && observed.is_some_and(|o| o.id.as_deref() == Some(id))),
             backend_nodes: None,
+            standby_reads: None,
             worker_healthy: self.worker.as_ref().map(|w| w.healthy.unwrap_or(false)),
             candidates: crate::lease::registry::in_order(
                 self.candidates.clone(),
@@ -163,6 +164,12 @@ pub struct LeaderView {
     /// Redlock: how many masters answered the last lease operation.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend_nodes: Option<crate::lease::Nodes>,
+    /// How a standby learns its holder still holds the lease (issue #47):
+    /// `watch` (no timed reads), `fallback` (its watch is down: it asks
+    /// the store on a timer) or `timer` (this backend's standbys always
+    /// do); absent before the first lease operation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standby_reads: Option<crate::lease::StandbyReads>,
     /// With a health check: whether the worker is healthy now (`false`
     /// before its first pass); absent without one.
     pub worker_healthy: Option<bool>,

@@ -108,6 +108,7 @@ type Ctx = State<Arc<HttpContext>>;
 pub(crate) fn view(s: &HttpContext) -> crate::status::LeaderView {
     let mut view = s.status.borrow().leader_view(&s.id, &s.key, Instant::now());
     view.backend_nodes = s.metrics.last_nodes();
+    view.standby_reads = s.metrics.last_standby_reads();
     view.fence = s.fence.clone();
     if view.is_leader {
         view.fence

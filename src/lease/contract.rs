@@ -64,6 +64,29 @@ pub fn open_as<T: 'static, L: LeaseBackend + 'static>(
     Some(open(settings, common).map(|l| Box::new(l) as Box<dyn LeaseBackend>))
 }
 
+/// How a standby learns that its holder still holds the lease
+/// ([`LeaseBackend::standby_reads`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StandbyReads {
+    /// From a live watch or subscription: no timed reads.
+    Watch,
+    /// The watch or subscription is down: timed reads, until it is back.
+    Fallback,
+    /// This backend's standbys read on their timers (once per TTL).
+    Timer,
+}
+
+impl StandbyReads {
+    pub fn label(self) -> &'static str {
+        match self {
+            StandbyReads::Watch => "watch",
+            StandbyReads::Fallback => "fallback",
+            StandbyReads::Timer => "timer",
+        }
+    }
+}
+
 /// Who holds a lease, as far as the backend could tell. `id` is `None` when
 /// the backend holds something leaderd did not write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -321,6 +344,15 @@ pub trait LeaseBackend: Send {
     /// two URLs that reach one server); a backend that is down passes.
     async fn vet(&mut self) -> Result<(), Error> {
         Ok(())
+    }
+
+    /// What a standby's timed acquire costs the store now (issue #47):
+    /// answered from a live watch or subscription, read on a timer because
+    /// that watch is down, or read on a timer because this backend has no
+    /// such watch. `/leader` and a metric show it, so an operator sees a
+    /// candidate that fell back to polling.
+    fn standby_reads(&self) -> StandbyReads {
+        StandbyReads::Timer
     }
 
     /// For a backend of several servers, how many answered the last

@@ -46,7 +46,7 @@ pub mod zookeeper;
 pub(crate) use contract::new_token;
 pub use contract::{
     Acquire, BackendEntry, BoxFuture, Common, Error, Holder, LeaseBackend, Nodes, Peek, Renew,
-    Wakeups,
+    StandbyReads, Wakeups,
 };
 
 use crate::config::{Config, Declared};

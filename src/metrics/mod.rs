@@ -91,6 +91,8 @@ pub struct Metrics {
     /// Backends of several servers only: no series otherwise.
     backend_nodes: Family<CountLabel, Gauge>,
     last_nodes: std::sync::Mutex<Option<Nodes>>,
+    standby_timed_reads: Gauge,
+    last_standby_reads: std::sync::Mutex<Option<crate::lease::StandbyReads>>,
     /// With a health check only (see [`Metrics::with_health`]).
     worker_healthy: Gauge,
     health_checks: Family<ResultLabel, Counter>,
@@ -128,6 +130,8 @@ impl Metrics {
             duplicate_id: Gauge::default(),
             backend_nodes: Family::default(),
             last_nodes: std::sync::Mutex::new(None),
+            standby_timed_reads: Gauge::default(),
+            last_standby_reads: std::sync::Mutex::new(None),
             worker_healthy: Gauge::default(),
             health_checks: Family::default(),
             candidates: Gauge::default(),
@@ -158,6 +162,11 @@ impl Metrics {
             "leaderd_backend_nodes",
             "Redlock: masters that answered the last lease operation (count=\"answered\"), configured (\"configured\") and needed (\"quorum\")",
             m.backend_nodes.clone(),
+        );
+        registry.register(
+            "leaderd_standby_timed_reads",
+            "1 while a standby asks the store on a timer (its backend has no watch, or the watch or subscription is down: `standby_reads` in /leader says which), 0 while a live watch answers for it",
+            m.standby_timed_reads.clone(),
         );
         registry.register_collector(Box::new(process::ProcessMetrics));
         // prometheus-client adds `_total` to counter names.
@@ -313,6 +322,24 @@ impl Metrics {
                 .set(value as i64);
         }
         *self.last_nodes.lock().unwrap_or_else(|e| e.into_inner()) = Some(n);
+    }
+
+    /// After each lease operation: how a standby learns of its holder now.
+    pub fn standby_reads(&self, reads: crate::lease::StandbyReads) {
+        let timed = reads != crate::lease::StandbyReads::Watch;
+        self.standby_timed_reads.set(i64::from(timed));
+        *self
+            .last_standby_reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(reads);
+    }
+
+    /// What [`Metrics::standby_reads`] was last told, for `/leader`.
+    pub fn last_standby_reads(&self) -> Option<crate::lease::StandbyReads> {
+        *self
+            .last_standby_reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// What [`Metrics::backend_nodes`] was last told, for `/leader`.

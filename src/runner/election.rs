@@ -262,8 +262,7 @@ impl<'c> Runner<'c> {
                 match step_down(&self.state, request, hold, (&config.id, &candidates, after)) {
                     Asked::StepDown(event) => Some(event),
                     Asked::HandOver { to, hold } => {
-                        self.registration.successor = Some(to);
-                        self.registration.soon();
+                        self.registration.name_successor(to);
                         self.handover.announce(now, after, hold);
                         None
                     }
@@ -271,7 +270,8 @@ impl<'c> Runner<'c> {
                 }
             }
             Input::HandoverDue => {
-                self.registration.successor = None;
+                self.registration
+                    .successor_named_until(now + config.timing.ttl);
                 self.handover.due(self.state.leading().is_some())
             }
             Input::OnceDeadline | Input::Tick => Some(Event::Tick),

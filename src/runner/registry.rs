@@ -37,8 +37,10 @@ pub(super) struct Registration {
     /// read is out.
     read_at: Option<Instant>,
     pub(super) reading: bool,
-    /// The successor a targeted handover names while it is under way.
-    pub(super) successor: Option<String>,
+    /// The successor a targeted handover names while it is under way, and
+    /// after the release until when it is still named: the standbys the
+    /// release wakes read the records after it, and must find the name.
+    successor: Option<(String, Option<Instant>)>,
     /// The record changed while a write was out: write again at once.
     again: bool,
     /// Everyone's records, as the last answered write returned them.
@@ -83,17 +85,23 @@ impl Registration {
     /// or whether we lead changed since the last write.
     pub(super) fn due(&self, healthy: Option<bool>, leading: bool) -> Option<Instant> {
         let next = self.next?;
+        let unnamed = self.successor.as_ref().and_then(|(_, until)| *until);
         Some(
             if healthy != self.written || leading != self.written_leading {
                 Instant::now().min(next)
             } else {
-                next
+                unnamed.map_or(next, |u| u.min(next))
             },
         )
     }
 
     /// The record to write now; the next is due when its answer came.
     pub(super) fn record(&mut self, healthy: Option<bool>, leading: bool) -> Record {
+        if let Some((_, Some(until))) = &self.successor
+            && *until <= Instant::now()
+        {
+            self.successor = None;
+        }
         self.next = None;
         self.written = healthy;
         self.written_leading = leading;
@@ -103,8 +111,22 @@ impl Registration {
             healthy,
             version: env!("CARGO_PKG_VERSION").to_string(),
             since_ms: self.since_ms,
-            successor: self.successor.clone(),
+            successor: self.successor.as_ref().map(|(to, _)| to.clone()),
             instance: crate::lease::registry::instance().to_string(),
+        }
+    }
+
+    /// Names `to` as our successor (`step-down --to`), written at once.
+    pub(super) fn name_successor(&mut self, to: String) {
+        self.successor = Some((to, None));
+        self.soon();
+    }
+
+    /// The handover is due: the name stays until `until`, long enough for
+    /// the standbys the release wakes to read it, then goes.
+    pub(super) fn successor_named_until(&mut self, until: Instant) {
+        if let Some((_, end)) = &mut self.successor {
+            *end = Some(until);
         }
     }
 

@@ -169,6 +169,7 @@ async fn work(
         let (name, result) = report.outcome();
         metrics.lease_op(name, result, started.elapsed());
         metrics.backend_nodes(lease.backend.nodes());
+        metrics.standby_reads(lease.backend.standby_reads());
         if reports.send(report).is_err() {
             break;
         }

@@ -296,6 +296,14 @@ impl LeaseBackend for KubeLease {
         notes
     }
 
+    fn standby_reads(&self) -> crate::lease::StandbyReads {
+        if self.observer.lock().live() {
+            crate::lease::StandbyReads::Watch
+        } else {
+            crate::lease::StandbyReads::Fallback
+        }
+    }
+
     async fn acquire(&mut self) -> Result<Acquire, Error> {
         if let Some(held) = self.watched() {
             return Ok(held);

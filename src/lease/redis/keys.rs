@@ -16,6 +16,9 @@ pub struct Keys {
     pub ended: String,
     pub wake: String,
     pub channel: String,
+    /// Where each term's start and renewals are published
+    /// ([`super::renewals`]).
+    pub renewed: String,
 }
 
 /// The hash tag keeps the keys in one Cluster slot so one script may touch
@@ -28,6 +31,7 @@ pub fn keys(key: &str) -> Keys {
         ended: format!("leaderd:{{{key}}}:ended"),
         wake: format!("leaderd:{{{key}}}:wake"),
         channel: format!("leaderd:{{{key}}}:released"),
+        renewed: format!("leaderd:{{{key}}}:renewed"),
     }
 }
 

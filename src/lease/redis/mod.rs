@@ -16,6 +16,7 @@ pub(crate) mod dial;
 pub mod keys;
 pub(crate) mod link;
 pub mod registry;
+pub mod renewals;
 pub(crate) mod restarts;
 pub(crate) mod route;
 pub(crate) mod script;
@@ -50,6 +51,10 @@ pub struct RedisLease {
     ended_key: String,
     wake_key: String,
     channel: String,
+    /// Where terms and renewals are published, and what this candidate
+    /// heard there ([`renewals`]).
+    renewed: String,
+    renewals: renewals::Renewals,
     registry_key: String,
     id: String,
     id_json: String,
@@ -126,6 +131,7 @@ impl RedisLease {
             ended: ended_key,
             wake: wake_key,
             channel,
+            renewed,
         } = keys(key);
         let scripts = Scripts::new();
         RedisLease {
@@ -151,6 +157,8 @@ impl RedisLease {
             ended_key,
             wake_key,
             channel,
+            renewed,
+            renewals: renewals::Renewals::default(),
             registry_key: registry::key(key),
             id: id.to_string(),
             id_json: serde_json::to_string(id).expect("a string always serialises"),
@@ -170,6 +178,7 @@ impl RedisLease {
             timeout: self.link.timeout,
             own_id: serde_json::from_str(&self.id_json).expect("id_json is a JSON string"),
             shown: self.link.url.clone(),
+            renewals: self.renewals.clone(),
         }
     }
 
@@ -215,6 +224,20 @@ impl LeaseBackend for RedisLease {
     }
 
     async fn acquire(&mut self) -> Result<Acquire, Error> {
+        // A term whose renewals this standby hears needs no question. Not
+        // with a token out: an earlier attempt's answer was lost, and only
+        // Redis can say whether it won.
+        let own = self.id_json.trim_matches('"');
+        let heard = self.token.is_none().then(|| {
+            self.renewals
+                .answer(Instant::now(), self.highest_fencing, own)
+        });
+        if let Some((holder, left)) = heard.flatten() {
+            return Ok(Acquire::Held {
+                holder,
+                expires_in: Some(left),
+            });
+        }
         let token = self.token.get_or_insert_with(new_token).clone();
         let sent_at = Instant::now();
         let call = eval(
@@ -225,7 +248,13 @@ impl LeaseBackend for RedisLease {
                 &self.term_key,
                 &self.ended_key,
             ],
-            &[&token, &self.id_json, &self.ttl_ms, &self.highest_fencing],
+            &[
+                &token,
+                &self.id_json,
+                &self.ttl_ms,
+                &self.highest_fencing,
+                &self.renewed,
+            ],
         );
         let (reply, replication) =
             match self.link.write(&call).await.map_err(|e| self.wrong_type(e)) {
@@ -280,7 +309,7 @@ impl LeaseBackend for RedisLease {
         let call = eval(
             &self.scripts.renew,
             &[&self.lease_key, &self.term_key],
-            &[&token, &self.ttl_ms],
+            &[&token, &self.ttl_ms, &self.renewed],
         );
         let (reply, replication) = self.link.write(&call).await?;
         match parse_reply(&reply, &self.link.url)? {
@@ -355,8 +384,30 @@ impl LeaseBackend for RedisLease {
         }
     }
 
+    fn standby_reads(&self) -> crate::lease::StandbyReads {
+        if self.renewals.live() {
+            crate::lease::StandbyReads::Watch
+        } else {
+            crate::lease::StandbyReads::Fallback
+        }
+    }
+
     fn watch_releases(&self, wakeups: Wakeups) -> Option<JoinHandle<()>> {
-        Some(wake::watch(self.wake_queue(), wakeups))
+        let subscription = renewals::subscribe(
+            renewals::Source {
+                target: self.link.target.subscribe(),
+                renewed: self.renewed.clone(),
+                released: self.channel.clone(),
+                timeout: self.link.timeout,
+                shown: self.link.url.clone(),
+                renewals: self.renewals.clone(),
+            },
+            &wakeups,
+        );
+        let wake = wake::watch(self.wake_queue(), wakeups);
+        Some(tokio::spawn(async move {
+            let _ = tokio::join!(subscription, wake);
+        }))
     }
 
     async fn register(&mut self, me: Option<&Record>) -> Result<Vec<Record>, Error> {

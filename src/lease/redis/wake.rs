@@ -46,6 +46,9 @@ pub struct WakeQueue {
     pub own_id: String,
     /// The server, as logs show it.
     pub shown: String,
+    /// What this candidate heard of the term: a wake-up forgets it, so the
+    /// acquire it causes asks Redis ([`super::renewals`]).
+    pub renewals: super::renewals::Renewals,
 }
 
 /// Waits on the wake list until `stop`, sending `()` for every wake-up.
@@ -137,6 +140,7 @@ async fn listen(
             .map_err(|_| Failed::from("no answer to BLPOP".to_string()))?
             .map_err(|e| refusal(e, source))?;
         // Woken or not, the catch-up wake-up covers it.
+        source.renewals.released();
         if notices.send(()).is_err() {
             return Ok(());
         }
@@ -160,6 +164,9 @@ async fn listen(
             .map_err(|e| refusal(e, source))?;
         // None: the BLPOP timed out in Redis; block again.
         let woken = popped.is_some_and(|(_, releaser)| releaser != source.own_id);
+        if woken {
+            source.renewals.released();
+        }
         if woken && notices.send(()).is_err() {
             return Ok(());
         }

@@ -110,6 +110,8 @@ pub(super) async fn report(lease: &mut Redlock) -> Result<Vec<String>, Error> {
             timeout: node.timeout,
             own_id: String::new(),
             shown: node.url.clone(),
+            // Redlock's standbys ask on their timers: no notices heard.
+            renewals: Default::default(),
         };
         match wake::probe(&queue)
             .await

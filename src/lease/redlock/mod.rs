@@ -476,6 +476,8 @@ impl LeaseBackend for Redlock {
                     timeout: node.timeout,
                     own_id: own_id.clone(),
                     shown: node.url.clone(),
+                    // Redlock's standbys ask on their timers: no notices heard.
+                    renewals: Default::default(),
                 };
                 wake::watch(queue, wakeups.clone())
             })

@@ -1,5 +1,6 @@
 -- Renew: KEYS[1] lease, KEYS[2] term record; ARGV[1] ownership token,
--- ARGV[2] ttl ms. Returns {1} when still ours (expiry pushed to now + ttl,
+-- ARGV[2] ttl ms, ARGV[3] (optional) the channel each renewal is published
+-- on as `TOKEN TTL_MS ID_JSON`, so standbys need not ask. Returns {1} when still ours (expiry pushed to now + ttl,
 -- the term record's with it), else held_by's reply ({0, false, false, -2}
 -- when the lease is ours but was written from outside: its term record
 -- gone or not ours, or its expiry brought forward; the term ends).
@@ -19,4 +20,7 @@ if x and holder[4] + 100 < x - now_ms() then
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 write_term(KEYS[2], redis.call('GET', KEYS[1]), tonumber(ARGV[2]))
+if ARGV[3] then
+  redis.call('PUBLISH', ARGV[3], string.format('%d %d ', lease.fencing_token, tonumber(ARGV[2])) .. cjson.encode(lease.id))
+end
 return {1}
