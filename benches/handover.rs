@@ -22,6 +22,8 @@ mod fence;
 mod health;
 #[path = "handover/rollout.rs"]
 mod rollout;
+#[path = "handover/scale.rs"]
+mod scale;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -730,6 +732,12 @@ fn main() {
     // PostgreSQL alone.
     if std::env::var("BENCH_ONLY").as_deref() == Ok("takeover") {
         takeover_rows(&exe, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    // `BENCH_ONLY=scale`: what standbys cost the store at K = 3, 30, 100.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("scale") {
+        scale::rows(&exe, &dir);
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }

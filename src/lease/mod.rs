@@ -17,7 +17,11 @@
 //! the runner, `app` and the HTTP layer only see the trait.
 //!
 //! [`contract`] holds the trait and its types; this file is the map: the
-//! backends' modules and [`BACKENDS`], the one list of them.
+//! backends' modules and [`BACKENDS`], the one list of them. Beside them,
+//! what several backends share: [`registry`] (the candidates' records),
+//! `vacancy` (the vacancy rule's verdict), [`heard`] (a standby's answer
+//! from the holder's own renewal notices, on Redis and PostgreSQL) and
+//! `rewatch` (the loop every watcher runs in).
 //!
 //! A new backend is a folder here: a module implementing [`LeaseBackend`],
 //! its options and their resolution (a [`crate::config::Declared`]), a
@@ -31,6 +35,7 @@
 pub mod contract;
 pub mod etcd;
 pub mod file;
+pub mod heard;
 pub mod kubernetes;
 pub mod options;
 pub(crate) mod pem;

@@ -262,6 +262,7 @@ const APP_USER: &[&str] = &[
     "+publish",
     "+rpush",
     "+blpop",
+    "+subscribe",
     "+ping",
 ];
 

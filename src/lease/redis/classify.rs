@@ -9,7 +9,7 @@ use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use std::time::Duration;
 
 /// The ACL leaderd needs, for the hint of a refused permission.
-pub(crate) const ACL_HINT: &str = "check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +rpush +blpop +ping (and +wait +role with --redis-wait-replicas, +cluster|slots +cluster|keyslot +cluster|info in a Cluster, +info for Redlock to see a master's restarts)";
+pub(crate) const ACL_HINT: &str = "check the user and password in the Redis URL, and that the user's ACL allows ~leaderd:* &leaderd:* +evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +rpush +blpop +subscribe +ping (and +wait +role with --redis-wait-replicas, +cluster|slots +cluster|keyslot +cluster|info in a Cluster, +info for Redlock to see a master's restarts)";
 
 /// Connected replicas from a `ROLE` reply (`master`, offset, replicas);
 /// `None` when the node is not a primary.

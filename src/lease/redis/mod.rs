@@ -54,7 +54,7 @@ pub struct RedisLease {
     /// Where terms and renewals are published, and what this candidate
     /// heard there ([`renewals`]).
     renewed: String,
-    renewals: renewals::Renewals,
+    renewals: crate::lease::heard::Heard,
     registry_key: String,
     id: String,
     id_json: String,
@@ -158,7 +158,7 @@ impl RedisLease {
             wake_key,
             channel,
             renewed,
-            renewals: renewals::Renewals::default(),
+            renewals: crate::lease::heard::Heard::default(),
             registry_key: registry::key(key),
             id: id.to_string(),
             id_json: serde_json::to_string(id).expect("a string always serialises"),
@@ -177,6 +177,18 @@ impl RedisLease {
             key: self.wake_key.clone(),
             timeout: self.link.timeout,
             own_id: serde_json::from_str(&self.id_json).expect("id_json is a JSON string"),
+            shown: self.link.url.clone(),
+            renewals: self.renewals.clone(),
+        }
+    }
+
+    /// Where this candidate hears terms and renewals.
+    fn renewals_source(&self) -> renewals::Source {
+        renewals::Source {
+            target: self.link.target.subscribe(),
+            renewed: self.renewed.clone(),
+            released: self.channel.clone(),
+            timeout: self.link.timeout,
             shown: self.link.url.clone(),
             renewals: self.renewals.clone(),
         }
@@ -393,17 +405,7 @@ impl LeaseBackend for RedisLease {
     }
 
     fn watch_releases(&self, wakeups: Wakeups) -> Option<JoinHandle<()>> {
-        let subscription = renewals::subscribe(
-            renewals::Source {
-                target: self.link.target.subscribe(),
-                renewed: self.renewed.clone(),
-                released: self.channel.clone(),
-                timeout: self.link.timeout,
-                shown: self.link.url.clone(),
-                renewals: self.renewals.clone(),
-            },
-            &wakeups,
-        );
+        let subscription = renewals::subscribe(self.renewals_source(), &wakeups);
         let wake = wake::watch(self.wake_queue(), wakeups);
         Some(tokio::spawn(async move {
             let _ = tokio::join!(subscription, wake);
@@ -424,7 +426,8 @@ impl LeaseBackend for RedisLease {
     }
 
     /// Runs acquire, renew and release on a scratch election (`KEY.check`)
-    /// as the configured user, and one short `BLPOP` on its wake list, so a
+    /// as the configured user, one short `BLPOP` on its wake list and one
+    /// `SUBSCRIBE` to its renewals, so a
     /// missing ACL permission shows up now rather than at the first
     /// election. Leaves only the scratch fence counter and its
     /// released token (`KEY.check` keys without expiry) behind.
@@ -434,6 +437,9 @@ impl LeaseBackend for RedisLease {
         // Held by another `check` running right now: acquire was exercised.
         crate::lease::scratch::exercise(&mut scratch).await?;
         scratch.probe_wake_queue().await?;
+        renewals::probe(&scratch.renewals_source())
+            .await
+            .map_err(|e| classify(e, &scratch.link.url, scratch.link.timeout))?;
         let mut lines = Vec::new();
         if !matches!(scratch.link.route, route::Route::Direct)
             || scratch.link.wait != WaitReplicas::Count(0)

@@ -48,7 +48,7 @@ pub struct WakeQueue {
     pub shown: String,
     /// What this candidate heard of the term: a wake-up forgets it, so the
     /// acquire it causes asks Redis ([`super::renewals`]).
-    pub renewals: super::renewals::Renewals,
+    pub renewals: crate::lease::heard::Heard,
 }
 
 /// Waits on the wake list until `stop`, sending `()` for every wake-up.
