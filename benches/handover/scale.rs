@@ -70,7 +70,9 @@ struct Row {
 fn measure(b: &mut Bench, k: usize, ttl: &str, base: f64) -> Row {
     let key = format!("scale-{k}");
     let file = b.dir.join(format!("{key}.probe"));
-    let mut nodes: Vec<Leaderd> = (0..k).map(|_| b.candidate(&key, ttl, Some(&file))).collect();
+    let mut nodes: Vec<Leaderd> = (0..k)
+        .map(|_| b.candidate(&key, ttl, Some(&file)))
+        .collect();
     let leader = |b: &Bench, nodes: &[Leaderd]| {
         eventually(Duration::from_secs(120), "a leader with its child", || {
             let id = b.holder(&key)?;
@@ -104,7 +106,9 @@ fn measure(b: &mut Bench, k: usize, ttl: &str, base: f64) -> Row {
             starts_after(&file, t0)
         });
         handover.push(ms(next - t0));
-        std::thread::sleep(Duration::from_secs(1).saturating_sub(Duration::from_nanos(mono_ns() - t0)));
+        std::thread::sleep(
+            Duration::from_secs(1).saturating_sub(Duration::from_nanos(mono_ns() - t0)),
+        );
         cost.push(requests(b) - counted - (idle + base));
         nodes[i].wait_exit(Duration::from_secs(60));
         nodes[i] = b.candidate(&key, ttl, Some(&file));
@@ -190,7 +194,9 @@ pub(super) fn rows(exe: &str, dir: &Path) {
         let mut rates = Vec::new();
         for k in KS {
             let r = measure(&mut b, k, ttl, base);
-            let sent = r.idle_sent.map_or(String::new(), |s| format!(" ({s:.2} sent)"));
+            let sent = r
+                .idle_sent
+                .map_or(String::new(), |s| format!(" ({s:.2} sent)"));
             println!(
                 "| {name}, ttl {ttl} | {k} | {:.2}{sent} | {:.1} | {:.0} | {:.0} | {:.1} MiB |",
                 r.idle, r.handover_ms, r.handover_requests, r.crash_ms, r.rss
@@ -201,9 +207,7 @@ pub(super) fn rows(exe: &str, dir: &Path) {
             let (kube, _) = b.kube.as_ref().expect("the Kubernetes bench");
             let go: Vec<f64> = KS.iter().map(|&k| client_go(kube, k, base)).collect();
             for (k, rate) in KS.iter().zip(&go) {
-                println!(
-                    "| client-go LeaseLock, 15s / 10s / 2s | {k} | {rate:.2} | | | | |"
-                );
+                println!("| client-go LeaseLock, 15s / 10s / 2s | {k} | {rate:.2} | | | | |");
             }
             series.push(("client-go (Kubernetes)".into(), go));
         }

@@ -144,7 +144,10 @@ mod tests {
         // 10 s less the drift allowance (1 % + 2 ms).
         assert_eq!(left, Duration::from_millis(9898));
         // Near and past the expiry: ask.
-        assert!(r.answer(t0 + 9870 * Duration::from_millis(1), 0, "me").is_none());
+        assert!(
+            r.answer(t0 + 9870 * Duration::from_millis(1), 0, "me")
+                .is_none()
+        );
         assert!(r.answer(t0 + 11 * S, 0, "me").is_none());
     }
 
@@ -158,7 +161,10 @@ mod tests {
         r.renewed(7, 10_000, Some("a".into()), t0, 0);
         r.set_live(false);
         r.set_live(true);
-        assert!(r.answer(t0, 0, "me").is_none(), "heard before a reconnection");
+        assert!(
+            r.answer(t0, 0, "me").is_none(),
+            "heard before a reconnection"
+        );
     }
 
     #[test]

@@ -163,6 +163,11 @@ impl PgLease {
         let mut scratch = PgLease {
             key: format!("{}.check", self.key),
             channel: super::channel(&self.pg.table.name, &format!("{}.check", self.key)),
+            renewed: format!(
+                "{}_r",
+                super::channel(&self.pg.table.name, &format!("{}.check", self.key))
+            ),
+            heard: Default::default(),
             token: None,
             session: None,
             highest_fencing: 0,

@@ -52,6 +52,10 @@ pub struct PgLease {
     statements: Statements,
     /// The `NOTIFY` channel of this key's releases.
     channel: String,
+    /// The `NOTIFY` channel of its renewals, and what this candidate heard
+    /// there ([`crate::lease::heard`]).
+    renewed: String,
+    heard: crate::lease::heard::Heard,
 }
 
 /// The lease's own session.
@@ -110,6 +114,8 @@ impl PgLease {
                 candidates: sql::candidates(&pg.table),
             },
             channel: channel(&pg.table.name, &common.key),
+            renewed: format!("{}_r", channel(&pg.table.name, &common.key)),
+            heard: crate::lease::heard::Heard::default(),
             pg: pg.clone(),
             key: common.key.clone(),
             id: common.id.clone(),
@@ -254,6 +260,18 @@ impl LeaseBackend for PgLease {
     }
 
     async fn acquire(&mut self) -> Result<Acquire, Error> {
+        // A term whose renewals this standby hears needs no question; not
+        // with a token out (an earlier attempt's answer was lost).
+        if self.token.is_none()
+            && let Some((holder, left)) =
+                self.heard
+                    .answer(Instant::now(), self.highest_fencing, &self.id)
+        {
+            return Ok(Acquire::Held {
+                holder,
+                expires_in: Some(left),
+            });
+        }
         let token = self.token.get_or_insert_with(new_token).clone();
         let sent_at = Instant::now();
         if self.pg.mode == PgMode::Advisory && !self.take_lock().await? {
@@ -333,6 +351,7 @@ impl LeaseBackend for PgLease {
                     (&self.key.clone(), Type::TEXT),
                     (&token, Type::TEXT),
                     (&ttl, Type::INT8),
+                    (&self.renewed.clone(), Type::TEXT),
                 ],
             )
             .await?;
@@ -421,9 +440,19 @@ impl LeaseBackend for PgLease {
             pg: self.pg.clone(),
             shown: self.shown.clone(),
             channel: self.channel.clone(),
+            renewed: self.renewed.clone(),
             own_id: self.id.clone(),
+            heard: self.heard.clone(),
         };
         Some(wake::watch(listener, wakeups))
+    }
+
+    fn standby_reads(&self) -> crate::lease::StandbyReads {
+        if self.heard.live() {
+            crate::lease::StandbyReads::Watch
+        } else {
+            crate::lease::StandbyReads::Fallback
+        }
     }
 
     async fn vet(&mut self) -> Result<(), Error> {

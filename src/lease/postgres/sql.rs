@@ -109,19 +109,24 @@ SELECT (SELECT fence FROM won) AS won, cur.holder, cur.fence, {LEFT_MS} FROM {cu
     )
 }
 
-/// `$1` key, `$2` ownership token, `$3` ttl in ms. Extends the lease only
-/// while it is ours and has not expired. Returns `renewed` (1 or 0), then
-/// the holder as it was.
+/// `$1` key, `$2` ownership token, `$3` ttl in ms, `$4` the channel
+/// renewals are announced on. Extends the lease only while it is ours and
+/// has not expired, and announces it as `TOKEN TTL_MS ID_JSON` (delivered
+/// when the statement commits; standbys answer their timed looks from it,
+/// `crate::lease::heard`). Returns `renewed` (1 or 0), then the holder as
+/// it was.
 pub fn renew(table: &PgTable) -> String {
     format!(
         "WITH renewed AS (
   UPDATE {t} SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
   WHERE key = $1 AND owner = {owner} AND expires_at > clock_timestamp()
-  RETURNING expires_at),
+  RETURNING expires_at, fence, holder),
 term AS (
   UPDATE {t} SET expires_at = (SELECT expires_at FROM renewed)
-  WHERE key = $1 || '#term' AND owner = {owner} AND EXISTS (SELECT 1 FROM renewed))
-SELECT (SELECT count(*) FROM renewed) AS renewed, cur.holder, cur.fence, {LEFT_MS} FROM {current}",
+  WHERE key = $1 || '#term' AND owner = {owner} AND EXISTS (SELECT 1 FROM renewed)),
+told AS (
+  SELECT pg_notify($4, fence::text || ' ' || $3::bigint::text || ' ' || to_json(holder)::text) FROM renewed)
+SELECT (SELECT count(*) FROM told) AS renewed, cur.holder, cur.fence, {LEFT_MS} FROM {current}",
         t = table.quoted,
         owner = owner(2),
         current = current(table),

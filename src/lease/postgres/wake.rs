@@ -1,7 +1,10 @@
 //! Release wake-ups: a session of its own `LISTEN`s on the key's channel;
 //! the release statement's `pg_notify` reaches every listener when it
 //! commits. Only an optimisation, as with Redis: a lost wake-up costs
-//! latency, never correctness. Through a transaction pooler `LISTEN` cannot
+//! latency, never correctness. The same session listens to the renewals'
+//! channel, whose notices a standby answers its timed looks from
+//! ([`crate::lease::heard`], issue #47): one session, so a release's
+//! notice always comes after the renewals before it. Through a transaction pooler `LISTEN` cannot
 //! work (the session that listens is not the one the notifications reach),
 //! so when [`advisory::pooled`](super::advisory::pooled) finds one, waiters
 //! rely on their timers, and it is said once.
@@ -13,14 +16,17 @@ use crate::lease::rewatch::Watch;
 use futures_util::future::poll_fn;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_postgres::AsyncMessage;
 
 pub(super) struct Listener {
     pub pg: PgConfig,
     pub shown: String,
     pub channel: String,
+    pub renewed: String,
     /// Our own releases' notifications carry our id: not a reason to try.
     pub own_id: String,
+    pub heard: crate::lease::heard::Heard,
 }
 
 /// Listens until `stop`, sending `()` for every release by another
@@ -30,7 +36,11 @@ pub(super) fn watch(listener: Listener, wakeups: Wakeups) -> JoinHandle<()> {
     let server = listener.shown.clone();
     let state = (listener, wakeups.notices.clone());
     crate::lease::rewatch::spawn(state, server, &wakeups, |(l, n)| {
-        Box::pin(async move { listen(l, n).await.map_err(Into::into) })
+        Box::pin(async move {
+            let outcome = listen(l, n).await;
+            l.heard.set_live(false);
+            outcome.map_err(Into::into)
+        })
     })
 }
 
@@ -47,7 +57,10 @@ async fn listen(
     let driver = tokio::spawn(drive(conn, tx));
     let listened = tokio::time::timeout(
         listener.pg.timeout,
-        client.batch_execute(&format!("LISTEN \"{}\"", listener.channel)),
+        client.batch_execute(&format!(
+            "LISTEN \"{}\"; LISTEN \"{}\"",
+            listener.channel, listener.renewed
+        )),
     )
     .await;
     match listened {
@@ -67,12 +80,20 @@ async fn listen(
     // Listening now: a release since the candidate last looked (while this
     // session was down, or before it was first up: connecting takes a while
     // with SCRAM and TLS) would otherwise go unnoticed until expiry.
+    listener.heard.set_live(true);
     if notices.send(()).is_err() {
         driver.abort();
         return Ok(Watch::Stop);
     }
-    while let Some(releaser) = rx.recv().await {
-        if releaser != listener.own_id && notices.send(()).is_err() {
+    while let Some((channel, payload)) = rx.recv().await {
+        if channel == listener.renewed {
+            if let Some((token, ms, id)) = crate::lease::heard::parse(&payload) {
+                listener.heard.renewed(token, ms, id, Instant::now(), 0);
+            }
+            continue;
+        }
+        listener.heard.released();
+        if payload != listener.own_id && notices.send(()).is_err() {
             driver.abort();
             return Ok(Watch::Stop);
         }
@@ -82,13 +103,14 @@ async fn listen(
     Ok(Watch::Again)
 }
 
-/// Drives the connection, passing on each notification's payload (the
-/// releaser's id) until the connection ends.
-async fn drive(mut conn: Conn, tx: mpsc::UnboundedSender<String>) {
+/// Drives the connection, passing on each notification's channel and
+/// payload (a releaser's id, or a renewal) until the connection ends.
+async fn drive(mut conn: Conn, tx: mpsc::UnboundedSender<(String, String)>) {
     loop {
         match poll_fn(|cx| conn.poll_message(cx)).await {
             Some(Ok(AsyncMessage::Notification(n))) => {
-                if tx.send(n.payload().to_string()).is_err() {
+                let note = (n.channel().to_string(), n.payload().to_string());
+                if tx.send(note).is_err() {
                     return;
                 }
             }

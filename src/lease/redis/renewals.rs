@@ -96,4 +96,3 @@ async fn listen(s: &mut Source) -> Result<Watch, Failed> {
         }
     }
 }
-
