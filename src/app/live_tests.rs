@@ -21,6 +21,7 @@ fn record(id: &str, healthy: Option<bool>) -> Record {
         since_ms: 0,
         successor: None,
         instance: String::new(),
+        leads: false,
     }
 }
 

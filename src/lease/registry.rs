@@ -33,6 +33,13 @@ pub struct Record {
     /// id. Empty in an older leaderd's record.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub instance: String,
+    /// Written while its candidate leads. A live candidate rewrites its
+    /// record at once when its term ends, so a record that still says so
+    /// while another leads is a dead leader's, kept until it lapses (a
+    /// heartbeat-slow registry keeps it minutes, issue #47): nobody hands
+    /// over to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub leads: bool,
 }
 
 /// This process's instance: 8 random hex digits, drawn once per run.
@@ -112,6 +119,7 @@ mod tests {
             since_ms,
             successor: None,
             instance: String::new(),
+            leads: false,
         }
     }
 

@@ -38,6 +38,8 @@ pub(super) enum Input {
     HandoverDue,
     OnceDeadline,
     ReleaseNotice,
+    /// A release heard without a wake-up ([`crate::lease::Wakeups::released`]).
+    ReleaseHeard,
     Health(crate::health::Verdict),
     Tick,
 }
@@ -79,9 +81,9 @@ pub(super) struct Runner<'c> {
     held: bool,
     once: Option<Once>,
     registration: Registration,
-    /// A release woke this standby while its records were read afresh:
-    /// the machine hears of the release once they are judged.
-    notice_after_read: bool,
+    /// What the machine hears once the records being read afresh are
+    /// judged: a release wake-up, or the timer that starts a campaign.
+    after_read: Option<Event>,
     succession: Succession,
     /// How many registered candidates outrank this one.
     outranked: u8,
@@ -145,7 +147,7 @@ impl<'c> Runner<'c> {
                 .wait
                 .map(|wait| Once::new(Instant::now(), wait)),
             registration: Registration::new(&config.id, ranking.priority.clone(), timing),
-            notice_after_read: false,
+            after_read: None,
             succession: Succession::new(&config.id, ranking.priority, ranking.handover_delay),
             outranked: 0,
             handover: Handover::default(),
@@ -177,10 +179,29 @@ impl<'c> Runner<'c> {
     /// What the machine must hear before the loop waits again.
     pub(super) fn pending(&mut self) -> Option<Event> {
         standing_news(&self.state, self.outranked).or_else(|| {
-            let ready = self.notice_after_read && !self.registration.reading;
-            self.notice_after_read &= !ready;
-            ready.then_some(Event::ReleaseNotified)
+            if self.registration.reading {
+                return None;
+            }
+            self.after_read.take()
         })
+    }
+
+    /// Reads the registry, then lets the machine hear `event`.
+    fn read_first(&mut self, event: Event) {
+        if !self.registration.reading {
+            self.registration.reading = true;
+            drop(self.ops.send(Op::ReadRegistry));
+        }
+        // A wake-up outweighs a timer: both campaign, the wake-up at once.
+        if self.after_read != Some(Event::ReleaseNotified) {
+            self.after_read = Some(event);
+        }
+    }
+
+    /// Whether this standby's timer is about to start a campaign: it waits
+    /// (not held off) and its wait is over.
+    fn due_to_campaign(&self, now: Instant) -> bool {
+        matches!(self.state, State::Waiting { until, hold: false, .. } if until <= now)
     }
 
     pub(super) fn waits(&self, now: Instant) -> Waits {
@@ -193,9 +214,12 @@ impl<'c> Runner<'c> {
                 .filter(|_| !self.shutdown_seen),
             handover: self.handover.at(),
             once: self.once.as_ref().and_then(|o| o.wake(now)),
+            // While the records are read before a campaign, the machine's
+            // deadline (already due) waits for their answer.
             wake: self
                 .machine
                 .next_deadline(&self.state)
+                .filter(|_| self.after_read.is_none())
                 .map(|d| with_jitter(d, &self.state)),
         }
     }
@@ -274,18 +298,27 @@ impl<'c> Runner<'c> {
                     .successor_named_until(now + config.timing.ttl);
                 self.handover.due(self.state.leading().is_some())
             }
+            Input::ReleaseHeard => {
+                self.registration.dirty = true;
+                None
+            }
+            // A standby whose timer starts a campaign after a release it
+            // was not woken for: its records first, as for a wake-up.
+            Input::Tick if self.registration.dirty && self.due_to_campaign(now) => {
+                self.read_first(Event::Tick);
+                None
+            }
             Input::OnceDeadline | Input::Tick => Some(Event::Tick),
             Input::ReleaseNotice => {
-                // A standby's copy of the registry is a heartbeat old: read
-                // it before campaigning, so it defers to whom it must.
-                if self.state.leading().is_some() || !self.registration.stale(now) {
+                // A standby's copy of the registry may be a heartbeat old,
+                // and a newcomer may have registered a moment before the
+                // release: read it before campaigning (one read per woken
+                // standby per release, none while idle), so it defers to
+                // whom it must.
+                if self.state.leading().is_some() {
                     return Some(Event::ReleaseNotified);
                 }
-                if !self.registration.reading {
-                    self.registration.reading = true;
-                    drop(self.ops.send(Op::ReadRegistry));
-                }
-                self.notice_after_read = true;
+                self.read_first(Event::ReleaseNotified);
                 None
             }
             Input::Health(verdict) => {

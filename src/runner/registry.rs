@@ -6,10 +6,10 @@
 //! heartbeat, not one per standby per renew interval — and removed on the
 //! way out. A record lapses two heartbeats after its last write. Each
 //! write's answer is the live records, which `/leader` lists and the
-//! metrics count; a standby woken by a release reads them first when its
-//! copy is older than a renew interval ([`Registration::stale`]), so it
-//! defers to a newcomer of higher priority or to a named successor it has
-//! not seen yet.
+//! metrics count. A standby woken by a release, or whose timer starts a
+//! campaign after a release it heard of, reads them first, so it defers to
+//! a newcomer of higher priority or to a named successor it has not seen
+//! yet.
 
 use super::worker::Registered;
 use crate::lease::registry::{Priority, Record};
@@ -33,10 +33,11 @@ pub(super) struct Registration {
     /// The health we last wrote, and whether we led then.
     written: Option<bool>,
     written_leading: bool,
-    /// When the records were last read (written or not), and whether a
-    /// read is out.
-    read_at: Option<Instant>,
+    /// A read of the records is out.
     pub(super) reading: bool,
+    /// A release was heard since the records were last read: read them
+    /// before the next campaign, however recent they are.
+    pub(super) dirty: bool,
     /// The successor a targeted handover names while it is under way, and
     /// after the release until when it is still named: the standbys the
     /// release wakes read the records after it, and must find the name.
@@ -68,8 +69,8 @@ impl Registration {
             next: Some(Instant::now()),
             written: None,
             written_leading: false,
-            read_at: None,
             reading: false,
+            dirty: false,
             successor: None,
             again: false,
             records: Vec::new(),
@@ -113,6 +114,7 @@ impl Registration {
             since_ms: self.since_ms,
             successor: self.successor.as_ref().map(|(to, _)| to.clone()),
             instance: crate::lease::registry::instance().to_string(),
+            leads: leading,
         }
     }
 
@@ -137,15 +139,6 @@ impl Registration {
             Some(_) => self.next = Some(Instant::now()),
             None => self.again = true,
         }
-    }
-
-    /// Whether a standby's copy of the records is too old to judge a
-    /// vacancy by: older than the leader's own interval, so a record the
-    /// leader wrote just before its release (a named successor) may be
-    /// missing from it.
-    pub(super) fn stale(&self, now: Instant) -> bool {
-        self.read_at
-            .is_none_or(|at| now.duration_since(at) >= self.timing.renew_interval)
     }
 
     /// The answer: the live records, or why there are none this time (a
@@ -178,7 +171,7 @@ impl Registration {
         }
         match result {
             Ok(records) => {
-                self.read_at = Some(Instant::now());
+                self.dirty = false;
                 // One per id: a process started again under its id (the
                 // old one's record not yet lapsed) counts once.
                 metrics.candidates(crate::lease::registry::in_order(records.clone(), None).len());

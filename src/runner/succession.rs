@@ -73,9 +73,13 @@ impl Succession {
         leading: Option<u64>,
         now: Instant,
     ) -> Verdict {
+        // While we lead, another record that says it leads is a dead
+        // leader's (a live one rewrites its record when its term ends):
+        // never a successor.
         let above: Vec<&Record> = records
             .iter()
             .filter(|r| r.id != self.me && r.eligible() && r.priority > self.priority)
+            .filter(|r| !(r.leads && leading.is_some()))
             .collect();
         let best = above.iter().copied().max_by(|a, b| {
             a.priority
@@ -154,6 +158,7 @@ mod tests {
             since_ms,
             successor: None,
             instance: String::new(),
+            leads: false,
         }
     }
 
@@ -247,6 +252,29 @@ mod tests {
         assert_eq!(me.judge(&records, None, t0).outranked, 0);
         let mut other = Succession::new("o", Priority::parse("20").unwrap(), 10 * S);
         assert_eq!(other.judge(&records, None, t0).outranked, 1);
+    }
+
+    /// A crashed leader's record outlives it (issue #47: a record lapses
+    /// two registry heartbeats after its last write) and still says it
+    /// leads: the candidate that took over never hands over to it, though
+    /// as a standby it still counts it above itself.
+    #[test]
+    fn a_record_that_says_it_leads_is_never_a_successor_of_ours() {
+        let t0 = Instant::now();
+        let mut dead = record("top", "9", None, 0);
+        dead.leads = true;
+        let mut s = Succession::new("me", Priority::parse("5").unwrap(), 2 * S);
+        assert_eq!(s.judge(&[dead.clone()], None, t0).outranked, 1);
+        let v = s.judge(&[dead.clone()], Some(7), t0 + 10 * S);
+        assert_eq!((v.outranked, v.hand_over), (0, None));
+        // Its term over, a live one rewrites its record: handed over to.
+        dead.leads = false;
+        assert_eq!(
+            s.judge(&[dead.clone()], Some(7), t0 + 11 * S).hand_over,
+            None
+        );
+        let v = s.judge(&[dead], Some(7), t0 + 13 * S);
+        assert_eq!(v.hand_over.map(|(id, _)| id).as_deref(), Some("top"));
     }
 
     #[test]

@@ -43,16 +43,22 @@ pub async fn probe(s: &Source) -> Result<(), redis::RedisError> {
 /// Keeps the subscription until `stop`, feeding [`Heard`].
 pub fn subscribe(source: Source, wakeups: &Wakeups) -> JoinHandle<()> {
     let server = source.shown.clone();
-    crate::lease::rewatch::spawn(source, server, wakeups, |s| {
+    let state = (source, wakeups.released.clone());
+    crate::lease::rewatch::spawn(state, server, wakeups, |(s, released)| {
         Box::pin(async move {
-            let outcome = listen(s).await;
+            let outcome = listen(s, released).await;
             s.renewals.set_live(false);
             outcome
         })
     })
 }
 
-async fn listen(s: &mut Source) -> Result<Watch, Failed> {
+/// `released`: where a release heard here is told to the runner (every
+/// subscriber hears it; the wake list wakes only a few).
+async fn listen(
+    s: &mut Source,
+    released: &tokio::sync::mpsc::UnboundedSender<()>,
+) -> Result<Watch, Failed> {
     let client = loop {
         if let Some(client) = s.target.borrow_and_update().clone() {
             break client;
@@ -88,6 +94,9 @@ async fn listen(s: &mut Source) -> Result<Watch, Failed> {
         };
         if message.get_channel_name() == s.released {
             s.renewals.released();
+            if released.send(()).is_err() {
+                return Ok(Watch::Stop);
+            }
             continue;
         }
         let payload = String::from_utf8_lossy(message.get_payload_bytes());

@@ -23,6 +23,7 @@ pub(super) fn spawn(mut aims: watch::Receiver<Option<Aim>>, wakeups: Wakeups) ->
         notices,
         retry,
         stop,
+        ..
     } = wakeups;
     tokio::spawn(async move {
         let mut warned = false;
