@@ -16,7 +16,7 @@ use std::time::Duration;
 
 const KS: [usize; 3] = [3, 30, 100];
 /// The idle window: several lease durations at every TTL used here.
-const WINDOW: Duration = Duration::from_secs(45);
+const WINDOW: Duration = Duration::from_secs(30);
 
 /// The store's cumulative request count, as the bench reads it.
 fn requests(b: &Bench) -> f64 {

@@ -9,6 +9,7 @@
 
 mod deploy;
 mod faults;
+mod idle;
 mod mixed;
 mod outside;
 mod rbac;

@@ -23,6 +23,7 @@ mod fence_zookeeper;
 mod fixtures;
 mod health;
 mod http;
+mod idle;
 mod kubernetes;
 mod layout;
 mod local_files;

@@ -58,6 +58,8 @@ pub struct EtcdLease {
     lease: Option<i64>,
     /// The fencing token of our term while we hold it (0: none).
     fencing: i64,
+    /// What this candidate's watch heard of the holder's renewals.
+    heard: crate::lease::heard::Heard,
     /// The largest token we handed out: never again.
     spent: i64,
     vacancies: Vacancies,
@@ -114,6 +116,7 @@ impl EtcdLease {
             timing,
             lease: None,
             fencing: 0,
+            heard: crate::lease::heard::Heard::default(),
             spent: 0,
             vacancies: Vacancies::default(),
             registry: registry::Registry::new(
@@ -174,6 +177,37 @@ impl EtcdLease {
             )
             .await?;
         Ok(reply["kvs"].get(0).map(term::current))
+    }
+
+    /// A renewal's second step, in one transaction: the leader key is
+    /// still ours (our lease, our term's revision), and then the renewal
+    /// is announced on `BASE/renewed` for the standbys' watches (a write
+    /// the leader makes once per renewal, whatever the number of
+    /// standbys). `None`: ours; else what the key holds now.
+    async fn confirm(&mut self, lease: i64) -> Result<Option<Option<Current>>, Error> {
+        let key = b64(self.keys.leader.as_bytes());
+        let id = serde_json::to_string(&self.id).expect("a string serialises");
+        let notice = format!("{} {} {id}", self.fencing, self.timing.ttl_ms());
+        let txn = json!({
+            "compare": [
+                { "target": "LEASE", "key": key, "lease": lease.to_string() },
+                { "target": "MOD", "key": key, "mod_revision": self.fencing.to_string() },
+            ],
+            "success": [{ "request_put": {
+                "key": b64(self.keys.renewed.as_bytes()),
+                "value": b64(notice.as_bytes()),
+                "lease": lease.to_string(),
+            } }],
+            "failure": [{ "request_range": { "key": key } }],
+        });
+        let reply = self.client.call("kv/txn", &txn).await?;
+        if reply["succeeded"].as_bool() == Some(true) {
+            return Ok(None);
+        }
+        let kv = reply["responses"][0]["response_range"]["kvs"]
+            .get(0)
+            .cloned();
+        Ok(Some(kv.as_ref().map(term::current)))
     }
 
     /// The leader key and the latest term, in one linearizable read.
@@ -281,6 +315,16 @@ impl LeaseBackend for EtcdLease {
     }
 
     async fn acquire(&mut self) -> Result<Acquire, Error> {
+        // A term whose renewals this standby hears needs no question; not
+        // with a lease of ours out (an attempt whose answer was lost).
+        if self.lease.is_none()
+            && let Some((holder, left)) = self.heard.answer(Instant::now(), 0, &self.id)
+        {
+            return Ok(Acquire::Held {
+                holder,
+                expires_in: Some(left),
+            });
+        }
         // A waiter's look: a read first, so a held key costs no lease grant
         // and revoke.
         let look = self.look().await?;
@@ -380,11 +424,9 @@ impl LeaseBackend for EtcdLease {
             let holder = self.read().await.ok().flatten().map(|c| c.holder);
             return Ok(Renew::Lost { holder });
         }
-        match self.read().await? {
-            Some(c) if c.lease == lease && c.revision == self.fencing => {
-                Ok(Renew::Renewed { sent_at })
-            }
-            other => {
+        match self.confirm(lease).await? {
+            None => Ok(Renew::Renewed { sent_at }),
+            Some(other) => {
                 // Deleted or replaced behind our back: our term is over. The
                 // lease is left to expire, not revoked: while it lives,
                 // waiters know our work may still run.
@@ -445,7 +487,22 @@ impl LeaseBackend for EtcdLease {
 
     fn watch_releases(&self, wakeups: Wakeups) -> Option<JoinHandle<()>> {
         let client = Client::new(&self.client.config).ok()?;
-        Some(wake::watch(client, self.keys.leader.clone(), wakeups))
+        let watched = wake::Watched {
+            leader: self.keys.leader.clone(),
+            renewed: self.keys.renewed.clone(),
+            from: self.keys.from.clone(),
+            to: self.keys.to.clone(),
+            heard: self.heard.clone(),
+        };
+        Some(wake::watch(client, watched, wakeups))
+    }
+
+    fn standby_reads(&self) -> crate::lease::StandbyReads {
+        if self.heard.live() {
+            crate::lease::StandbyReads::Watch
+        } else {
+            crate::lease::StandbyReads::Fallback
+        }
     }
 
     async fn self_check(&mut self) -> Result<Vec<String>, Error> {

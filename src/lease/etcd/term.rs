@@ -42,7 +42,11 @@ pub(super) struct Keys {
     pub leader: String,
     pub term: String,
     pub released: String,
-    /// The range holding all three: `base/` up to `base0`.
+    /// Where the holder announces each renewal (`TOKEN TTL_MS ID_JSON`,
+    /// on its etcd lease): standbys watching the range hear it
+    /// ([`crate::lease::heard`], issue #47).
+    pub renewed: String,
+    /// The range holding all four: `base/` up to `base0`.
     pub from: String,
     pub to: String,
 }
@@ -53,6 +57,7 @@ impl Keys {
             leader: format!("{base}/leader"),
             term: format!("{base}/term"),
             released: format!("{base}/released"),
+            renewed: format!("{base}/renewed"),
             from: format!("{base}/"),
             to: format!("{base}0"),
         }

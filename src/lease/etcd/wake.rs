@@ -1,23 +1,39 @@
-//! Release wake-ups: a watch on the leader key (`POST /v3/watch`, a
-//! response that streams one JSON message per line); a `DELETE` event (a
-//! release, or the holder's lease expiring or revoked) starts an attempt.
-//! Only an optimisation: a lost wake-up costs latency, never correctness.
-//! Each time the watch starts a wake-up is sent anyway, since the key may
-//! have gone while it was not watching.
+//! Release wake-ups: a watch on the election's keys (`POST /v3/watch`, a
+//! response that streams one JSON message per line); a `DELETE` of the
+//! leader key (a release, or the holder's lease expiring or revoked)
+//! starts an attempt. Only an optimisation: a lost wake-up costs latency,
+//! never correctness. Each time the watch starts a wake-up is sent anyway,
+//! since the key may have gone while it was not watching. The same watch
+//! hears the holder's renewal notices (`BASE/renewed`), which standbys
+//! answer their timed looks from ([`crate::lease::heard`], issue #47): one
+//! stream, so a release comes after the renewals before it.
 
-use super::client::{Client, b64};
+use super::client::{Client, b64, unb64};
 use crate::lease::contract::Wakeups;
+use crate::lease::heard::Heard;
 use crate::lease::rewatch::{Failed, Watch};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
-pub(super) fn watch(client: Client, key: String, wakeups: Wakeups) -> JoinHandle<()> {
+/// What the watch covers, and where what it hears goes.
+pub(super) struct Watched {
+    pub leader: String,
+    pub renewed: String,
+    /// The election's range (its leader, term, release and renewal keys).
+    pub from: String,
+    pub to: String,
+    pub heard: Heard,
+}
+
+pub(super) fn watch(client: Client, watched: Watched, wakeups: Wakeups) -> JoinHandle<()> {
     let server = client.shown.clone();
-    let state = (client, key, wakeups.notices.clone());
-    crate::lease::rewatch::spawn(state, server, &wakeups, |(c, k, n)| {
+    let state = (client, watched, wakeups.notices.clone());
+    crate::lease::rewatch::spawn(state, server, &wakeups, |(c, w, n)| {
         Box::pin(async move {
-            let outcome = follow(c, k, n).await;
+            let outcome = follow(c, w, n).await;
+            w.heard.set_live(false);
             // Ended or failed: the next watch goes to the next member.
             c.next_endpoint();
             outcome
@@ -28,13 +44,16 @@ pub(super) fn watch(client: Client, key: String, wakeups: Wakeups) -> JoinHandle
 /// Watches until the stream ends (`Again`) or nobody listens (`Stop`).
 async fn follow(
     client: &mut Client,
-    key: &str,
+    watched: &Watched,
     notices: &mpsc::UnboundedSender<()>,
 ) -> Result<Watch, Failed> {
     let endpoint = client.current_endpoint();
     let auth = client.auth_header(&endpoint).await.map_err(Failed::from)?;
     let url = endpoint.join("v3/watch").expect("a valid path");
-    let body = json!({ "create_request": { "key": b64(key.as_bytes()) } });
+    let body = json!({ "create_request": {
+        "key": b64(watched.from.as_bytes()),
+        "range_end": b64(watched.to.as_bytes()),
+    } });
     let mut request = client
         .http()
         .post(url)
@@ -78,6 +97,7 @@ async fn follow(
             let result = &message["result"];
             if result["created"].as_bool() == Some(true) && !created {
                 created = true;
+                watched.heard.set_live(true);
                 // Watching now: catch up on a release it may have missed.
                 if notices.send(()).is_err() {
                     return Ok(Watch::Stop);
@@ -86,9 +106,21 @@ async fn follow(
             if result["canceled"].as_bool() == Some(true) {
                 return Ok(Watch::Again);
             }
-            let deleted = result["events"]
-                .as_array()
-                .is_some_and(|events| events.iter().any(|e| e["type"] == "DELETE"));
+            let mut deleted = false;
+            for event in result["events"].as_array().into_iter().flatten() {
+                let key = unb64(event["kv"]["key"].as_str().unwrap_or(""));
+                let delete = event["type"] == "DELETE";
+                if key == watched.leader.as_bytes() && delete {
+                    watched.heard.released();
+                    deleted = true;
+                } else if key == watched.renewed.as_bytes() && !delete {
+                    let value = unb64(event["kv"]["value"].as_str().unwrap_or(""));
+                    let notice = crate::lease::heard::parse(&String::from_utf8_lossy(&value));
+                    if let Some((token, ms, id)) = notice {
+                        watched.heard.renewed(token, ms, id, Instant::now(), 0);
+                    }
+                }
+            }
             if deleted && notices.send(()).is_err() {
                 return Ok(Watch::Stop);
             }

@@ -35,16 +35,20 @@ fn a_dead_candidates_annotation_is_pruned_from_the_registry_object() {
     let key = support::key("k8s-prune");
     let (_dir, logs) = logs("k8s-prune", 2);
     let c = Candidate::on(&kube, &key, "2s");
-    let a = c.run("a", &logs[0], &[]);
-    let mut b = c.run("b", &logs[1], &[]);
+    // A 1 s registry heartbeat: a record then lapses at the TTL (2 s),
+    // not the default's four minutes.
+    let fast = [("LEADERD_REGISTRY_HEARTBEAT", "1s")];
+    let a = c.run("a", &logs[0], &fast);
+    let mut b = c.run("b", &logs[1], &fast);
     eventually(PATIENCE, "both candidates annotated", || {
         (annotated(&kube, &key) == ["a", "b"]).then_some(())
     });
     // b dies, leader or not: a lives on and keeps registering.
     b.signal("KILL");
     b.wait_exit(PATIENCE);
-    // Its entry lapses a TTL after its last write and is dropped a TTL
-    // later, at a live candidate's next registration: about 4 s here.
+    // Its entry lapses two heartbeats (at least a TTL) after its last
+    // write and is dropped a lapse later, at a live candidate's next
+    // registration: about 4 s here.
     let gone = eventually(Duration::from_secs(30), "b's annotation pruned", || {
         let names = annotated(&kube, &key);
         (names == ["a"]).then_some(names)
