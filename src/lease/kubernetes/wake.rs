@@ -31,11 +31,14 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// A watch's life when the Lease is quiet: long enough that a held Lease
-/// (renewed every third of its duration) always speaks within it, short
-/// enough that a half-open watch is replaced soon.
+/// A watch's life: the API server ends a healthy watch after it, and the
+/// candidate opens a new one (a request, and a look). Long, since each
+/// standby pays that once per `idle` (issue #47: at four TTLs, 100 idle
+/// standbys at a 15 s lease opened 1.7 watches a second); a half-open
+/// watch is not what bounds it — while the Lease is held the quiet bound
+/// is its renewals', and while it is free candidates campaign anyway.
 pub(super) fn idle(ttl: Duration) -> Duration {
-    (ttl * 4).clamp(Duration::from_secs(10), Duration::from_secs(290))
+    (ttl * 20).clamp(Duration::from_secs(10), Duration::from_secs(290))
 }
 
 struct Follow {
@@ -220,8 +223,8 @@ mod tests {
     #[test]
     fn a_quiet_watch_is_replaced_within_bounds() {
         let secs = Duration::from_secs;
-        assert_eq!(idle(secs(2)), secs(10));
-        assert_eq!(idle(secs(15)), secs(60));
+        assert_eq!(idle(secs(2)), secs(40));
+        assert_eq!(idle(secs(15)), secs(290));
         assert_eq!(idle(secs(600)), secs(290));
         let t = |s| Timestamp::from_second(s).unwrap();
         let held = shape(Some(&acquisition(None, "job", "a", "d1", 15, t(0))));
