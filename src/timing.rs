@@ -13,7 +13,7 @@ pub struct Timing {
     pub renew_interval: Duration,
     pub renew_deadline: Duration,
     pub retry_interval: Duration,
-    /// How often a standby rewrites its unchanged registry record (issue
+    /// How often a candidate rewrites its unchanged registry record (issue
     /// #47): far slower than the lease, so the registry's idle load does
     /// not grow with the lease's pace times the number of standbys.
     pub registry_heartbeat: Duration,
@@ -58,16 +58,11 @@ impl Timing {
         (self.registry_heartbeat * 2).max(self.ttl)
     }
 
-    /// How often this candidate writes its registry record while nothing
-    /// in it changed: every renew interval while it leads (the leader is
-    /// the one reader that must see a newcomer soon, and there is one of
-    /// it), every heartbeat while it stands by.
-    pub fn registry_interval(&self, leading: bool) -> Duration {
-        if leading {
-            self.renew_interval.min(self.registry_heartbeat)
-        } else {
-            self.registry_heartbeat
-        }
+    /// How often the leader reads the registry between its writes: every
+    /// renew interval (it is the one reader that must see a newcomer of
+    /// higher priority soon, and there is one of it).
+    pub fn registry_look(&self) -> Duration {
+        self.renew_interval.min(self.registry_heartbeat)
     }
 
     /// How long to wait between renewal attempts after one failed: short enough

@@ -42,11 +42,31 @@ fn sent(b: &Bench) -> Option<f64> {
 }
 
 fn kube_total(kube: &support::kube::Kube) -> f64 {
+    kube_by_verb(kube).iter().map(|(_, n)| n).sum()
+}
+
+/// The API server's requests so far, by verb and resource.
+fn kube_by_verb(kube: &support::kube::Kube) -> Vec<(String, f64)> {
     let (_, body) = kube.raw_on(0, support::kube::ADMIN, "GET", "/metrics", None);
-    body.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    let label = |l: &str, name: &str| {
+        l.split(&format!("{name}=\"")).nth(1)?.split('"').next().map(str::to_string)
+    };
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for l in body.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+        let Some(n) = l.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()) else {
+            continue;
+        };
+        let what = format!(
+            "{} {}",
+            label(l, "verb").unwrap_or_default(),
+            label(l, "resource").unwrap_or_default()
+        );
+        match out.iter_mut().find(|(w, _)| *w == what) {
+            Some((_, total)) => *total += n,
+            None => out.push((what, n)),
+        }
+    }
+    out
 }
 
 /// The store's own rate with nobody campaigning (the API server's own
@@ -84,7 +104,18 @@ fn measure(b: &mut Bench, k: usize, ttl: &str, base: f64) -> Row {
     // Past start-up: every first registration and look is done.
     std::thread::sleep(Duration::from_secs(5));
     let (before, sent_before) = (requests(b), sent(b));
+    let verbs_before = b.kube.as_ref().map(|(kube, _)| kube_by_verb(kube));
     std::thread::sleep(WINDOW); // the measurement window itself
+    if let (Some((kube, _)), Some(was)) = (&b.kube, verbs_before) {
+        let now = kube_by_verb(kube);
+        let moved: Vec<String> = now
+            .iter()
+            .map(|(w, n)| (w, n - was.iter().find(|(v, _)| v == w).map_or(0.0, |(_, m)| *m)))
+            .filter(|(_, d)| *d > 0.0)
+            .map(|(w, d)| format!("{w} {:.2}/s", d / WINDOW.as_secs_f64()))
+            .collect();
+        eprintln!("K = {k}, by verb (the store's own included): {}", moved.join(", "));
+    }
     let per_s = |n: f64| n / WINDOW.as_secs_f64();
     let idle = per_s(requests(b) - before) - base;
     let idle_sent = sent(b).zip(sent_before).map(|(a, z)| per_s(a - z));
@@ -204,7 +235,12 @@ pub(super) fn rows(exe: &str, dir: &Path) {
         }
         let base = baseline(&b);
         let mut rates = Vec::new();
+        // `SCALE_K=100`: one K (no plot).
+        let only_k: Option<usize> = std::env::var("SCALE_K").ok().and_then(|k| k.parse().ok());
         for k in KS {
+            if only_k.is_some_and(|o| o != k) {
+                continue;
+            }
             let r = measure(&mut b, k, ttl, base);
             let sent = r
                 .idle_sent
@@ -215,7 +251,7 @@ pub(super) fn rows(exe: &str, dir: &Path) {
             );
             rates.push(r.idle);
         }
-        if name.starts_with("Kubernetes") {
+        if name.starts_with("Kubernetes") && only_k.is_none() {
             let (kube, _) = b.kube.as_ref().expect("the Kubernetes bench");
             let go: Vec<f64> = KS.iter().map(|&k| client_go(kube, k, base)).collect();
             for (k, rate) in KS.iter().zip(&go) {
@@ -225,7 +261,7 @@ pub(super) fn rows(exe: &str, dir: &Path) {
         }
         series.push((format!("leaderd, {name}"), rates));
     }
-    if !only.is_empty() {
+    if !only.is_empty() || std::env::var("SCALE_K").is_ok() {
         return; // a part of the table: the plot needs every series
     }
     let svg = plot(&series);

@@ -223,7 +223,7 @@ pub const REGISTRY_HEARTBEAT: Spec = spec(
 )
 .value("DUR")
 .under(TIMING)
-.help("How often a standby rewrites its unchanged candidates-registry record; a record lapses two heartbeats after its last write")
+.help("How often a candidate rewrites its unchanged candidates-registry record; a record lapses two heartbeats after its last write")
 .default("120s");
 pub const HTTP: Spec = spec("http", "--http", "LEADERD_HTTP", "http.listen")
     .value("ADDR")

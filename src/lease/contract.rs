@@ -402,11 +402,6 @@ pub(crate) fn new_token() -> String {
 #[derive(Clone, Debug)]
 pub struct Wakeups {
     pub notices: mpsc::UnboundedSender<()>,
-    /// A release this candidate heard of without being woken for it
-    /// (Redis wakes a few waiters, but every subscriber hears the release):
-    /// its copy of the registry is read before its next campaign, so it
-    /// defers to whom it must when its timer, not a wake-up, starts it.
-    pub released: mpsc::UnboundedSender<()>,
     pub retry: Duration,
     pub stop: CancellationToken,
 }
@@ -415,10 +410,5 @@ impl Wakeups {
     /// Wakes the runner; `false`: nobody listens any more.
     pub fn wake(&self) -> bool {
         self.notices.send(()).is_ok()
-    }
-
-    /// Says a release was heard (see [`Wakeups::released`]).
-    pub fn heard_release(&self) {
-        let _ = self.released.send(());
     }
 }

@@ -7,7 +7,7 @@
 use super::decide::{Announced, Handover, Once, standing_news};
 use super::health::Health;
 use super::log::{Line, log_transition};
-use super::registry::Registration;
+use super::registry::{Due, Registration};
 use super::report::{ErrorLog, absorb, notice_duplicate_id};
 use super::step_down::{Asked, step_down};
 use super::succession::Succession;
@@ -38,8 +38,6 @@ pub(super) enum Input {
     HandoverDue,
     OnceDeadline,
     ReleaseNotice,
-    /// A release heard without a wake-up ([`crate::lease::Wakeups::released`]).
-    ReleaseHeard,
     Health(crate::health::Verdict),
     Tick,
 }
@@ -82,7 +80,7 @@ pub(super) struct Runner<'c> {
     once: Option<Once>,
     registration: Registration,
     /// What the machine hears once the records being read afresh are
-    /// judged: a release wake-up, or the timer that starts a campaign.
+    /// judged: a release wake-up.
     after_read: Option<Event>,
     succession: Succession,
     /// How many registered candidates outrank this one.
@@ -192,16 +190,7 @@ impl<'c> Runner<'c> {
             self.registration.reading = true;
             drop(self.ops.send(Op::ReadRegistry));
         }
-        // A wake-up outweighs a timer: both campaign, the wake-up at once.
-        if self.after_read != Some(Event::ReleaseNotified) {
-            self.after_read = Some(event);
-        }
-    }
-
-    /// Whether this standby's timer is about to start a campaign: it waits
-    /// (not held off) and its wait is over.
-    fn due_to_campaign(&self, now: Instant) -> bool {
-        matches!(self.state, State::Waiting { until, hold: false, .. } if until <= now)
+        self.after_read = Some(event);
     }
 
     pub(super) fn waits(&self, now: Instant) -> Waits {
@@ -235,10 +224,12 @@ impl<'c> Runner<'c> {
             }
             Input::RegisterDue => {
                 let healthy = self.health.as_ref().and_then(Health::healthy);
-                let me = self
-                    .registration
-                    .record(healthy, self.state.leading().is_some());
-                drop(self.ops.send(Op::Register(me)));
+                let leading = self.state.leading().is_some();
+                match self.registration.take_due(healthy, leading, now) {
+                    Some(Due::Write(me)) => drop(self.ops.send(Op::Register(me))),
+                    Some(Due::Read) => drop(self.ops.send(Op::ReadRegistry)),
+                    None => {}
+                }
                 None
             }
             Input::Registered(result) => {
@@ -297,16 +288,6 @@ impl<'c> Runner<'c> {
                 self.registration
                     .successor_named_until(now + config.timing.ttl);
                 self.handover.due(self.state.leading().is_some())
-            }
-            Input::ReleaseHeard => {
-                self.registration.dirty = true;
-                None
-            }
-            // A standby whose timer starts a campaign after a release it
-            // was not woken for: its records first, as for a wake-up.
-            Input::Tick if self.registration.dirty && self.due_to_campaign(now) => {
-                self.read_first(Event::Tick);
-                None
             }
             Input::OnceDeadline | Input::Tick => Some(Event::Tick),
             Input::ReleaseNotice => {

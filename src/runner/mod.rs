@@ -65,11 +65,9 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Option<i32> {
     let (notice_tx, notices) = mpsc::unbounded_channel();
-    let (released_tx, released) = mpsc::unbounded_channel();
     let stop_watching = CancellationToken::new();
     let watcher = backend.watch_releases(Wakeups {
         notices: notice_tx,
-        released: released_tx,
         retry: config.timing.retry_interval,
         stop: stop_watching.clone(),
     });
@@ -84,7 +82,6 @@ pub async fn run(
     let mut channels = Channels {
         answers,
         notices,
-        released,
         work_events: inputs.work_events,
         admin: inputs.admin,
         shutdown: shutdown.clone(),
@@ -119,7 +116,6 @@ pub async fn run(
 struct Channels {
     answers: worker::Answers,
     notices: mpsc::UnboundedReceiver<()>,
-    released: mpsc::UnboundedReceiver<()>,
     work_events: mpsc::UnboundedReceiver<WorkEvent>,
     admin: mpsc::UnboundedReceiver<crate::admin::Request>,
     shutdown: CancellationToken,
@@ -145,7 +141,6 @@ impl Channels {
             _ = sleep_until(handover), if handover.is_some() => Input::HandoverDue,
             _ = sleep_until(once), if once.is_some() => Input::OnceDeadline,
             Some(()) = self.notices.recv() => Input::ReleaseNotice,
-            Some(()) = self.released.recv() => Input::ReleaseHeard,
             Some(v) = next_verdict(health) => Input::Health(v),
             _ = sleep_until(wake), if wake.is_some() => Input::Tick,
         }

@@ -1,15 +1,14 @@
 //! This candidate's record in the registry beside the lease (issue #47):
 //! written at once when it changes (start, worker health, a term begun or
-//! ended, a named successor), otherwise every renew interval while this
-//! candidate leads and every heartbeat while it stands by — so the
-//! registry's idle load is the leader's plus one write per standby per
-//! heartbeat, not one per standby per renew interval — and removed on the
-//! way out. A record lapses two heartbeats after its last write. Each
-//! write's answer is the live records, which `/leader` lists and the
-//! metrics count. A standby woken by a release, or whose timer starts a
-//! campaign after a release it heard of, reads them first, so it defers to
-//! a newcomer of higher priority or to a named successor it has not seen
-//! yet.
+//! ended, a named successor), otherwise every heartbeat — so the
+//! registry's idle load is one write per candidate per heartbeat, not one
+//! per candidate per renew interval — and removed on the way out. A record
+//! lapses two heartbeats after its last write. Each write's answer is the
+//! live records, which `/leader` lists and the metrics count; the leader,
+//! the one that must see a newcomer of higher priority soon, also reads
+//! them every renew interval (a read, not a write). A standby woken by a
+//! release reads them first, so it defers to a newcomer of higher priority
+//! or to a named successor it has not seen yet.
 
 use super::worker::Registered;
 use crate::lease::registry::{Priority, Record};
@@ -19,6 +18,12 @@ use crate::timing::Timing;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+/// What [`Registration::take_due`] found due.
+pub(super) enum Due {
+    Write(Record),
+    Read,
+}
 
 pub(super) struct Registration {
     id: String,
@@ -30,14 +35,13 @@ pub(super) struct Registration {
     refused: Duration,
     /// When the next write is due; `None` while one is out.
     next: Option<Instant>,
+    /// While leading: when the leader reads the records next.
+    look_at: Option<Instant>,
     /// The health we last wrote, and whether we led then.
     written: Option<bool>,
     written_leading: bool,
     /// A read of the records is out.
     pub(super) reading: bool,
-    /// A release was heard since the records were last read: read them
-    /// before the next campaign, however recent they are.
-    pub(super) dirty: bool,
     /// The successor a targeted handover names while it is under way, and
     /// after the release until when it is still named: the standbys the
     /// release wakes read the records after it, and must find the name.
@@ -67,10 +71,10 @@ impl Registration {
             timing,
             refused: timing.refused_backoff(),
             next: Some(Instant::now()),
+            look_at: None,
             written: None,
             written_leading: false,
             reading: false,
-            dirty: false,
             successor: None,
             again: false,
             records: Vec::new(),
@@ -82,9 +86,35 @@ impl Registration {
         }
     }
 
-    /// When to write next: at the interval, or now if the worker's health
-    /// or whether we lead changed since the last write.
+    /// When to write or read next (`None`: a write is out).
     pub(super) fn due(&self, healthy: Option<bool>, leading: bool) -> Option<Instant> {
+        let write = self.write_at(healthy, leading)?;
+        Some(self.look(leading).map_or(write, |look| look.min(write)))
+    }
+
+    /// What is due at `now`, if anything: a write (of the record
+    /// returned), or the leader's read.
+    pub(super) fn take_due(
+        &mut self,
+        healthy: Option<bool>,
+        leading: bool,
+        now: Instant,
+    ) -> Option<Due> {
+        if self.write_at(healthy, leading)? <= now {
+            return Some(Due::Write(self.record(healthy, leading)));
+        }
+        if self.look(leading).is_some_and(|look| look <= now) {
+            self.look_at = None;
+            self.reading = true;
+            return Some(Due::Read);
+        }
+        None
+    }
+
+    /// When to write next: every heartbeat, or now if the worker's health
+    /// or whether we lead changed since the last write, or a successor's
+    /// name is to go.
+    fn write_at(&self, healthy: Option<bool>, leading: bool) -> Option<Instant> {
         let next = self.next?;
         let unnamed = self.successor.as_ref().and_then(|(_, until)| *until);
         Some(
@@ -96,8 +126,13 @@ impl Registration {
         )
     }
 
+    /// The leader's next read, unless one is out.
+    fn look(&self, leading: bool) -> Option<Instant> {
+        self.look_at.filter(|_| leading && !self.reading)
+    }
+
     /// The record to write now; the next is due when its answer came.
-    pub(super) fn record(&mut self, healthy: Option<bool>, leading: bool) -> Record {
+    fn record(&mut self, healthy: Option<bool>, leading: bool) -> Record {
         if let Some((_, Some(until))) = &self.successor
             && *until <= Instant::now()
         {
@@ -153,6 +188,8 @@ impl Registration {
         metrics: &Metrics,
     ) -> Option<Vec<Record>> {
         let Registered { result, wrote } = answer;
+        // The leader reads again a renew interval after any answer.
+        self.look_at = leading.then(|| Instant::now() + self.timing.registry_look());
         if wrote {
             let wait = match &result {
                 Err(e) if e.needs_a_person() => self.refused,
@@ -161,9 +198,9 @@ impl Registration {
                 Err(_) => self
                     .timing
                     .retry_interval
-                    .min(self.timing.registry_interval(leading)),
+                    .min(self.timing.registry_heartbeat),
                 _ if std::mem::take(&mut self.again) => Duration::ZERO,
-                _ => self.timing.registry_interval(leading),
+                _ => self.timing.registry_heartbeat,
             };
             self.next = Some(Instant::now() + wait);
         } else {
@@ -171,7 +208,6 @@ impl Registration {
         }
         match result {
             Ok(records) => {
-                self.dirty = false;
                 // One per id: a process started again under its id (the
                 // old one's record not yet lapsed) counts once.
                 metrics.candidates(crate::lease::registry::in_order(records.clone(), None).len());

@@ -187,7 +187,6 @@ impl RedisLease {
         renewals::Source {
             target: self.link.target.subscribe(),
             renewed: self.renewed.clone(),
-            released: self.channel.clone(),
             timeout: self.link.timeout,
             shown: self.link.url.clone(),
             renewals: self.renewals.clone(),
@@ -260,13 +259,7 @@ impl LeaseBackend for RedisLease {
                 &self.term_key,
                 &self.ended_key,
             ],
-            &[
-                &token,
-                &self.id_json,
-                &self.ttl_ms,
-                &self.highest_fencing,
-                &self.renewed,
-            ],
+            &[&token, &self.id_json, &self.ttl_ms, &self.highest_fencing],
         );
         let (reply, replication) =
             match self.link.write(&call).await.map_err(|e| self.wrong_type(e)) {

@@ -1,10 +1,16 @@
-//! Renewal notices on Redis (issue #47): the acquire and renew scripts
-//! publish each term's start and every renewal on `leaderd:{KEY}:renewed`
-//! (`TOKEN TTL_MS ID_JSON`), and every candidate keeps one subscription to
-//! that channel and to `leaderd:{KEY}:released`, feeding what it heard
+//! Renewal notices on Redis (issue #47): the renew script publishes every
+//! renewal on `leaderd:{KEY}:renewed` (`TOKEN TTL_MS ID_JSON`), and every
+//! candidate keeps one subscription to it, feeding what it heard
 //! ([`crate::lease::heard`]): a standby answers its timed acquires from
-//! it. The release's message forgets the term; so does a wake-up from the
-//! wake list ([`super::wake`]).
+//! it. A wake-up from the wake list ([`super::wake`]) forgets the term.
+//!
+//! Not the release channel, nor a new term's start: a message there would
+//! wake every subscriber at the very moment the winner needs the CPU (a
+//! hundred candidates on two cores slowed a handover from 9 ms to 84 ms),
+//! which is what the wake list avoids. A standby that was not woken keeps
+//! believing the old term until that term's renewal is spent; the new
+//! term's first renewal (a third of a TTL after it began, before that)
+//! replaces it, so it asks nothing either way.
 
 use crate::lease::contract::Wakeups;
 use crate::lease::heard::{Heard, parse};
@@ -19,7 +25,6 @@ pub struct Source {
     /// The lease connection's node, as the wake list follows it.
     pub target: tokio::sync::watch::Receiver<Option<redis::Client>>,
     pub renewed: String,
-    pub released: String,
     pub timeout: Duration,
     pub shown: String,
     pub renewals: Heard,
@@ -43,22 +48,16 @@ pub async fn probe(s: &Source) -> Result<(), redis::RedisError> {
 /// Keeps the subscription until `stop`, feeding [`Heard`].
 pub fn subscribe(source: Source, wakeups: &Wakeups) -> JoinHandle<()> {
     let server = source.shown.clone();
-    let state = (source, wakeups.released.clone());
-    crate::lease::rewatch::spawn(state, server, wakeups, |(s, released)| {
+    crate::lease::rewatch::spawn(source, server, wakeups, |s| {
         Box::pin(async move {
-            let outcome = listen(s, released).await;
+            let outcome = listen(s).await;
             s.renewals.set_live(false);
             outcome
         })
     })
 }
 
-/// `released`: where a release heard here is told to the runner (every
-/// subscriber hears it; the wake list wakes only a few).
-async fn listen(
-    s: &mut Source,
-    released: &tokio::sync::mpsc::UnboundedSender<()>,
-) -> Result<Watch, Failed> {
+async fn listen(s: &mut Source) -> Result<Watch, Failed> {
     let client = loop {
         if let Some(client) = s.target.borrow_and_update().clone() {
             break client;
@@ -73,8 +72,7 @@ async fn listen(
         .await
         .map_err(|_| Failed::from("connect timed out".to_string()))?
         .map_err(classify)?;
-    let channels = [s.renewed.as_str(), s.released.as_str()];
-    let subscribed = pubsub.subscribe(&channels);
+    let subscribed = pubsub.subscribe(s.renewed.as_str());
     tokio::time::timeout(s.timeout, subscribed)
         .await
         .map_err(|_| Failed::from("no answer to SUBSCRIBE".to_string()))?
@@ -92,13 +90,6 @@ async fn listen(
         let Some(message) = message else {
             return Err("the subscription ended".to_string().into());
         };
-        if message.get_channel_name() == s.released {
-            s.renewals.released();
-            if released.send(()).is_err() {
-                return Ok(Watch::Stop);
-            }
-            continue;
-        }
         let payload = String::from_utf8_lossy(message.get_payload_bytes());
         if let Some((token, ms, id)) = parse(&payload) {
             s.renewals.renewed(token, ms, id, Instant::now(), 0);

@@ -1,8 +1,7 @@
 -- Acquire: KEYS[1] lease, KEYS[2] fence counter, KEYS[3] term record,
 -- KEYS[4] the last released term's token.
 -- ARGV[1] ownership token, ARGV[2] holder id as a JSON string, ARGV[3] ttl ms,
--- ARGV[4] the highest fencing token this candidate has seen, ARGV[5]
--- (optional) the channel the new term is published on, as renew.lua does.
+-- ARGV[4] the highest fencing token this candidate has seen.
 -- Returns {1, fencing_token} when the lease is ours, else held_by's reply.
 -- A lease already ours (an earlier, timed-out attempt with the same token
 -- won, or the caller stepped down and could not release) is taken again as
@@ -35,7 +34,4 @@ redis.call('SET', KEYS[2], string.format('%d', fencing))
 local value = '{"id":' .. ARGV[2] .. ',"fencing_token":' .. string.format('%d', fencing) .. ',"owner":"' .. redis.sha1hex(ARGV[1]) .. '"}'
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
 write_term(KEYS[3], value, tonumber(ARGV[3]))
-if ARGV[5] then
-  redis.call('PUBLISH', ARGV[5], string.format('%d %d ', fencing, tonumber(ARGV[3])) .. ARGV[2])
-end
 return {1, fencing}
