@@ -49,10 +49,17 @@ fn kube_total(kube: &support::kube::Kube) -> f64 {
 fn kube_by_verb(kube: &support::kube::Kube) -> Vec<(String, f64)> {
     let (_, body) = kube.raw_on(0, support::kube::ADMIN, "GET", "/metrics", None);
     let label = |l: &str, name: &str| {
-        l.split(&format!("{name}=\"")).nth(1)?.split('"').next().map(str::to_string)
+        l.split(&format!("{name}=\""))
+            .nth(1)?
+            .split('"')
+            .next()
+            .map(str::to_string)
     };
     let mut out: Vec<(String, f64)> = Vec::new();
-    for l in body.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+    for l in body
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
         let Some(n) = l.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()) else {
             continue;
         };
@@ -110,11 +117,19 @@ fn measure(b: &mut Bench, k: usize, ttl: &str, base: f64) -> Row {
         let now = kube_by_verb(kube);
         let moved: Vec<String> = now
             .iter()
-            .map(|(w, n)| (w, n - was.iter().find(|(v, _)| v == w).map_or(0.0, |(_, m)| *m)))
+            .map(|(w, n)| {
+                (
+                    w,
+                    n - was.iter().find(|(v, _)| v == w).map_or(0.0, |(_, m)| *m),
+                )
+            })
             .filter(|(_, d)| *d > 0.0)
             .map(|(w, d)| format!("{w} {:.2}/s", d / WINDOW.as_secs_f64()))
             .collect();
-        eprintln!("K = {k}, by verb (the store's own included): {}", moved.join(", "));
+        eprintln!(
+            "K = {k}, by verb (the store's own included): {}",
+            moved.join(", ")
+        );
     }
     let per_s = |n: f64| n / WINDOW.as_secs_f64();
     let idle = per_s(requests(b) - before) - base;

@@ -88,7 +88,7 @@ impl Registration {
 
     /// When to write or read next (`None`: a write is out).
     pub(super) fn due(&self, healthy: Option<bool>, leading: bool) -> Option<Instant> {
-        let write = self.write_at(healthy, leading)?;
+        let write = self.write_at(healthy, leading, Instant::now())?;
         Some(self.look(leading).map_or(write, |look| look.min(write)))
     }
 
@@ -100,7 +100,7 @@ impl Registration {
         leading: bool,
         now: Instant,
     ) -> Option<Due> {
-        if self.write_at(healthy, leading)? <= now {
+        if self.write_at(healthy, leading, now)? <= now {
             return Some(Due::Write(self.record(healthy, leading)));
         }
         if self.look(leading).is_some_and(|look| look <= now) {
@@ -111,15 +111,16 @@ impl Registration {
         None
     }
 
-    /// When to write next: every heartbeat, or now if the worker's health
+    /// When to write next: every heartbeat, or `now` if the worker's health
     /// or whether we lead changed since the last write, or a successor's
-    /// name is to go.
-    fn write_at(&self, healthy: Option<bool>, leading: bool) -> Option<Instant> {
+    /// name is to go. (`now` is the caller's: a later reading of the clock
+    /// would never be due by the caller's `now`.)
+    fn write_at(&self, healthy: Option<bool>, leading: bool, now: Instant) -> Option<Instant> {
         let next = self.next?;
         let unnamed = self.successor.as_ref().and_then(|(_, until)| *until);
         Some(
             if healthy != self.written || leading != self.written_leading {
-                Instant::now().min(next)
+                now.min(next)
             } else {
                 unnamed.map_or(next, |u| u.min(next))
             },
@@ -242,5 +243,63 @@ impl Registration {
         } else {
             tracing::info!(id = %self.id, "no other process keeps a record under this instance's id any more");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer() -> Registered {
+        Registered {
+            result: Ok(Vec::new()),
+            wrote: true,
+        }
+    }
+
+    /// `at` is `want`, give or take the test's own run time.
+    fn near(at: Option<Instant>, want: Instant) -> bool {
+        at.is_some_and(|at| at >= want && at < want + Duration::from_secs(1))
+    }
+
+    /// The schedule (issue #47): a write at start and whenever the record
+    /// changes, else one per heartbeat; while leading, a read every renew
+    /// interval in between; a standby reads nothing on its own.
+    #[test]
+    fn writes_on_change_and_at_the_heartbeat_and_the_leader_reads_between() {
+        let timing = Timing::default(); // renew 3.333 s, heartbeat 120 s
+        let (status, _) = watch::channel(Snapshot::new());
+        let metrics = Metrics::new("k");
+        let mut r = Registration::new("me", Priority::default(), timing);
+        let t0 = Instant::now();
+        assert!(matches!(r.take_due(None, false, t0), Some(Due::Write(_))));
+        assert_eq!(r.due(None, false), None, "nothing while a write is out");
+        r.answered(answer(), false, &status, &metrics);
+        // A standby: the heartbeat, nothing before.
+        assert!(near(r.due(None, false), t0 + timing.registry_heartbeat));
+        assert!(
+            r.take_due(None, false, t0 + Duration::from_secs(60))
+                .is_none()
+        );
+        // Its term begins: written at once, then read every renew interval.
+        let now = Instant::now();
+        let Some(Due::Write(me)) = r.take_due(None, true, now) else {
+            panic!("a term's start is written at once");
+        };
+        assert!(me.leads);
+        r.answered(answer(), true, &status, &metrics);
+        let look = r.due(None, true);
+        assert!(near(look, now + timing.renew_interval));
+        let look = look.expect("a read is due");
+        assert!(matches!(r.take_due(None, true, look), Some(Due::Read)));
+        assert!(
+            near(r.due(None, true), now + timing.registry_heartbeat),
+            "no second read while one is out"
+        );
+        // A health change is written at once.
+        assert!(
+            r.due(Some(false), true)
+                .is_some_and(|d| d <= Instant::now())
+        );
     }
 }
