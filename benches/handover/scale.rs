@@ -233,8 +233,11 @@ pub(super) fn rows(exe: &str, dir: &Path) {
     let mut etcd = bench_on(exe, dir, "s-etcd", 9600);
     etcd.etcd = Some(support::etcd::Etcd::start(1));
     let mut pg = bench_on(exe, dir, "s-pg", 9900);
-    let server =
-        support::postgres::Postgres::start_with(&["shared_preload_libraries=pg_stat_statements"]);
+    // Two sessions per candidate (the lease's and the listener's).
+    let server = support::postgres::Postgres::start_with(&[
+        "shared_preload_libraries=pg_stat_statements",
+        "max_connections=300",
+    ]);
     server.sql("CREATE EXTENSION pg_stat_statements");
     pg.pg = Some((server, ""));
     // `SCALE_ONLY=redis` (a part of the name, lower case): one backend.
