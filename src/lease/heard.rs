@@ -1,7 +1,7 @@
 //! What a standby heard of the current term without asking the store
-//! (issue #47): each term's start and renewals, published by the holder's
-//! own writes (Redis `PUBLISH`, PostgreSQL `NOTIFY`) to every candidate's
-//! subscription. A standby whose timer comes due while it heard the holder
+//! (issue #47): each renewal, announced by the holder's own renewal (a
+//! Redis `PUBLISH`, a PostgreSQL `NOTIFY`, an etcd put) to the watch or
+//! subscription every candidate keeps for releases. A standby whose timer comes due while it heard the holder
 //! renew answers its own acquire from it — `Held`, until the renewal's TTL
 //! has run out on its own clock — instead of asking the store: so idle
 //! standbys send nothing on a timer, and the store's idle load is the
@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// A believed term is used only while more than this is left of it: a
-/// look that close to the expiry asks Redis.
+/// look that close to the expiry asks the store.
 const GUARD: Duration = Duration::from_millis(50);
 
 /// What this candidate heard of the current term, shared by the
@@ -101,7 +101,7 @@ impl Heard {
         self.seen().live
     }
 
-    /// The answer to a timed acquire without asking Redis: another's term,
+    /// The answer to a timed acquire without asking the store: another's term,
     /// believed for the time returned; `None`: ask. `own_id`: ours is never
     /// answered from here (after our own release we ask).
     pub fn answer(&self, now: Instant, floor: u64, own_id: &str) -> Option<(Holder, Duration)> {
