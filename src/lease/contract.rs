@@ -331,6 +331,14 @@ pub trait LeaseBackend: Send {
         None
     }
 
+    /// Starts the task that announces this candidate's terms outside
+    /// leaderd ([`herald`](super::herald): Kubernetes' Service and Events),
+    /// fed by the runner until every handle is dropped; it then finishes
+    /// what it was told and ends. `None`: nothing to announce.
+    fn herald(&self) -> Option<super::herald::Started> {
+        None
+    }
+
     /// What `run` (and `check`) verify before campaigning, where a problem
     /// no retry can fix shows up locally (a lock file's directory that does
     /// not exist). Never touches the network: a backend that is down is

@@ -21,7 +21,9 @@
 //! what several backends share: [`registry`] (the candidates' records),
 //! `vacancy` (the vacancy rule's verdict), [`heard`] (a standby's answer
 //! from the holder's own renewal notices, on Redis and PostgreSQL) and
-//! `rewatch` (the loop every watcher runs in).
+//! `rewatch` (the loop every watcher runs in) and [`herald`] (what a
+//! backend announces of each term outside leaderd: Kubernetes' Service and
+//! Events).
 //!
 //! A new backend is a folder here: a module implementing [`LeaseBackend`],
 //! its options and their resolution (a [`crate::config::Declared`]), a
@@ -36,6 +38,7 @@ pub mod contract;
 pub mod etcd;
 pub mod file;
 pub mod heard;
+pub mod herald;
 pub mod kubernetes;
 pub mod options;
 pub(crate) mod pem;

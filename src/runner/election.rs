@@ -16,6 +16,7 @@ use super::{Ident, Outputs};
 use crate::admin::AdminConfig;
 use crate::config::Config;
 use crate::health::HealthConfig;
+use crate::lease::herald::{Herald, News};
 use crate::machine::{Action, Event, Machine, Reason, State, StateName};
 use crate::metrics::Metrics;
 use crate::priority::Ranking;
@@ -87,6 +88,10 @@ pub(super) struct Runner<'c> {
     outranked: u8,
     handover: Handover,
     duplicate_warned: bool,
+    /// Where the term's start and end are announced outside leaderd, and
+    /// the term being announced.
+    pub(super) herald: Option<Herald>,
+    term: Option<u64>,
 }
 
 impl<'c> Runner<'c> {
@@ -150,6 +155,8 @@ impl<'c> Runner<'c> {
             outranked: 0,
             handover: Handover::default(),
             duplicate_warned: false,
+            herald: None,
+            term: None,
         }
     }
 
@@ -364,10 +371,14 @@ impl<'c> Runner<'c> {
                         once.started = true;
                     }
                     self.work.start(fencing_token, tr.reason.as_str());
+                    self.term = Some(fencing_token);
+                    self.tell(|token| News::Began { token });
                     continue;
                 }
                 Action::StopWork { kill_at } => {
                     self.work.stop(kill_at, tr.reason.as_str());
+                    self.tell(|token| News::Ending { token });
+                    self.term = None;
                     continue;
                 }
                 Action::Exit => {
@@ -382,6 +393,15 @@ impl<'c> Runner<'c> {
             self.exit_code = Some(code);
             self.shutdown.cancel();
             self.once = None;
+        }
+    }
+}
+
+impl Runner<'_> {
+    /// Tells the herald, if any, of the current term's news.
+    fn tell(&self, news: impl Fn(u64) -> News) {
+        if let (Some(herald), Some(token)) = (&self.herald, self.term) {
+            herald.tell(news(token));
         }
     }
 }

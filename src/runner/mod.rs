@@ -71,12 +71,15 @@ pub async fn run(
         retry: config.timing.retry_interval,
         stop: stop_watching.clone(),
     });
+    let herald = backend.herald();
     let fence = crate::fence::FenceConfig::of(config).cloned();
     let lease = worker::Lease {
         backend,
         fence,
         term_exports: outputs.term_exports.clone(),
         ttl: config.timing.ttl,
+        herald: herald.as_ref().map(|h| h.herald.clone()),
+        term: None,
     };
     let (ops, answers, worker) = worker::spawn(lease, outputs.metrics.clone());
     let mut channels = Channels {
@@ -87,6 +90,7 @@ pub async fn run(
         shutdown: shutdown.clone(),
     };
     let mut runner = Runner::new(config, work, inputs.health, ops, outputs, shutdown);
+    runner.herald = herald.as_ref().map(|h| h.herald.clone());
     let mut next = Some(runner.first());
     while !runner.done() {
         if let Some(event) = next.take().or_else(|| runner.pending()) {
@@ -101,6 +105,9 @@ pub async fn run(
     // runner held the only sender, dropped here.
     let (work, health, exit_code) = runner.finish();
     let _ = worker.await;
+    if let Some(herald) = herald {
+        herald.finish().await;
+    }
     stop_watching.cancel();
     if let Some(watcher) = watcher {
         let _ = watcher.await;

@@ -3,6 +3,7 @@
 //! their answers come back on channels, with each one's metrics recorded.
 
 use crate::fence::FenceConfig;
+use crate::lease::herald::{Herald, News};
 use crate::lease::registry::Record;
 use crate::lease::{self, Acquire, LeaseBackend, Renew};
 use crate::metrics::Metrics;
@@ -72,6 +73,10 @@ pub(super) struct Lease {
     /// The lease's TTL: how long a release that does not come back is
     /// worth trying again.
     pub(super) ttl: Duration,
+    /// Where a term's end is announced ([`crate::lease::herald`]), and the
+    /// term won last whose end is not yet told.
+    pub(super) herald: Option<Herald>,
+    pub(super) term: Option<u64>,
 }
 
 /// Between two tries of a release the store did not answer: often enough
@@ -84,6 +89,29 @@ impl Lease {
     /// last renewal came before the first try), and waiters take the lease
     /// by its expiry. A release that lands spares them that wait.
     async fn release(&mut self) -> Result<bool, lease::Error> {
+        let result = self.release_retried().await;
+        let news = match &result {
+            Ok(true) => |token| News::Released { token },
+            _ => |token| News::Lost { token },
+        };
+        self.tell_end(news);
+        result
+    }
+
+    /// The herald's last news of the term, once.
+    fn tell_end(&mut self, news: fn(u64) -> News) {
+        if let (Some(herald), Some(token)) = (&self.herald, self.term.take()) {
+            herald.tell(news(token));
+        }
+    }
+
+    /// [`Lease::release`]: after the herald announced the term's end (a
+    /// Service no longer names us), then again while the store does not
+    /// answer.
+    async fn release_retried(&mut self) -> Result<bool, lease::Error> {
+        if let Some(herald) = &self.herald {
+            herald.settle().await;
+        }
         let until = Instant::now() + self.ttl;
         loop {
             let result = self.backend.release().await;
@@ -118,6 +146,7 @@ impl Lease {
                     tracing::debug!(fencing_token, "fence raised");
                 }
                 self.term_exports.send_replace(self.backend.term_exports());
+                self.term = Some(*fencing_token);
                 Ok(won)
             }
             Err(e) => {
@@ -143,7 +172,13 @@ async fn work(
         let started = Instant::now();
         let report = match op {
             Op::Acquire => Report::Acquire(lease.acquire().await),
-            Op::Renew => Report::Renew(lease.backend.renew().await),
+            Op::Renew => {
+                let renewed = lease.backend.renew().await;
+                if let Ok(Renew::Lost { .. }) = renewed {
+                    lease.tell_end(|token| News::Lost { token });
+                }
+                Report::Renew(renewed)
+            }
             Op::Register(_) | Op::ReadRegistry => {
                 let (result, wrote) = match &op {
                     Op::Register(me) => (lease.backend.register(Some(me)).await, true),
