@@ -13,6 +13,8 @@ use crate::lease::redis::config::REDIS;
 /// A list option and three values, as `check` shows them back.
 struct Row {
     spec: &'static Spec,
+    /// Environment the option needs beside it (the options it belongs to).
+    base: &'static [(&'static str, &'static str)],
     given: [&'static str; 3],
     shown: [&'static str; 3],
 }
@@ -20,20 +22,38 @@ struct Row {
 const ROWS: &[Row] = &[
     Row {
         spec: &ETCD,
+        base: &[],
         given: ["http://a:2379", "http://b:2379", "https://c:2379"],
         shown: ["http://a:2379/", "http://b:2379/", "https://c:2379/"],
     },
     Row {
         spec: &REDIS,
+        base: &[],
         given: ["redis://a:6379", "rediss://b:6379/0", "redis://c:6379"],
         shown: ["redis://a:6379", "rediss://b:6379/0", "redis://c:6379"],
     },
     Row {
         spec: &crate::work::webhook::options::WEBHOOK,
+        base: &[],
         given: ["http://a/hook", "https://b:8443/x?y=1", "http://c/"],
         shown: ["http://a/hook", "https://b:8443/x?y=1", "http://c/"],
     },
+    Row {
+        spec: &crate::lease::kubernetes::herald::options::KUBERNETES_SERVICE_PORTS,
+        base: &[
+            ("LEADERD_KUBERNETES_LEASE", "jobs"),
+            ("LEADERD_KUBERNETES_SERVICE", "jobs"),
+            ("POD_IP", "10.0.0.7"),
+        ],
+        given: ["http:8080", "dns:53/udp", "metrics:9090"],
+        shown: ["http:8080/TCP", "dns:53/UDP", "metrics:9090/TCP"],
+    },
 ];
+
+/// A case with the row's surroundings set.
+fn start(row: &Row) -> Case {
+    row.base.iter().fold(Case::new(), |c, (k, v)| c.env(k, v))
+}
 
 fn leak(text: String) -> &'static str {
     text.leak()
@@ -61,12 +81,12 @@ fn shows_all(row: &Row, how: &str, got: Result<String, String>) {
 fn flags(row: &Row, values: &[&str]) -> Case {
     let spec = row.spec;
     let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
-    Case::new().args(move |a| values.iter().for_each(|v| a.set(spec, v)))
+    start(row).args(move |a| values.iter().for_each(|v| a.set(spec, v)))
 }
 
 fn toml(row: &Row, items: &[&str]) -> Case {
     let items = items.iter().map(|v| format!("\"{v}\"")).collect::<Vec<_>>();
-    Case::new().file(&format!(
+    start(row).file(&format!(
         "{} = [{}]\n",
         row.spec.key.unwrap(),
         items.join(", ")
@@ -92,9 +112,9 @@ fn repetition_the_env_var_and_a_toml_array_give_every_value() {
         let env = row.spec.env.unwrap();
         shows_all(row, "repeated", outcome(flags(row, &row.given)));
         let joined = leak(row.given.join(","));
-        shows_all(row, "env", outcome(Case::new().env(env, joined)));
+        shows_all(row, "env", outcome(start(row).env(env, joined)));
         let spaced = leak(row.given.join(", "));
-        shows_all(row, "env, spaces", outcome(Case::new().env(env, spaced)));
+        shows_all(row, "env, spaces", outcome(start(row).env(env, spaced)));
         shows_all(row, "TOML", outcome(toml(row, &row.given)));
     }
 }

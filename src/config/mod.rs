@@ -43,7 +43,9 @@ pub use catalog::{Catalog, Feature, Features, ResolveFeature, Section, all_optio
 pub use error::ConfigError;
 pub use file::ConfigFile;
 pub use model::{ChildConfig, Config, LogConfig};
-pub use resolve::{Layer, Origin, Resolver, Value, or_default, positive, show as show_duration};
+pub use resolve::{
+    Layer, Origin, Resolver, Value, or_default, parse_bool, positive, show as show_duration,
+};
 pub use sources::{Sources, loose_secret_file, read_secret_file};
 pub use values::{
     LogFormat, OnChildExit, Secret, Signal, parse_duration, parse_restart_limit, redact_url,

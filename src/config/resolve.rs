@@ -217,6 +217,15 @@ pub enum Layer {
     File,
 }
 
+/// A switch's value: `true`/`1`/`yes` or `false`/`0`/`no`.
+pub fn parse_bool(text: &str) -> Result<bool, String> {
+    match text {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        other => Err(format!("`{other}` is not true or false")),
+    }
+}
+
 pub fn or_default<T>(value: Option<Value<T>>, default: T, how: &'static str) -> Value<T> {
     value.unwrap_or(Value {
         value: default,

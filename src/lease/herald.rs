@@ -134,7 +134,10 @@ mod tests {
         herald.tell(News::Ending { token: 1 });
         let started = tokio::time::Instant::now();
         herald.settle().await;
-        assert!(started.elapsed() >= Duration::from_millis(50), "not bounded");
+        assert!(
+            started.elapsed() >= Duration::from_millis(50),
+            "not bounded"
+        );
         assert_eq!(desk.news.recv().await, Some(News::Began { token: 1 }));
         desk.handled();
         assert_eq!(desk.news.recv().await, Some(News::Ending { token: 1 }));

@@ -128,6 +128,17 @@ impl Client {
         }
     }
 
+    /// A failure where the caller does not branch on it, as an error.
+    pub(super) fn sorted(&self, f: Failure) -> Error {
+        match f {
+            Failure::Other(e) => e,
+            Failure::Conflict | Failure::Missing => Error::Unexpected {
+                backend: self.backend(),
+                detail: format!("{f:?} where none was expected"),
+            },
+        }
+    }
+
     /// One request, bounded by the timeout, its failure sorted.
     pub(super) async fn call<T>(
         &self,
@@ -205,7 +216,19 @@ impl Client {
         F: Fn(Api<Lease>) -> Fut,
         Fut: Future<Output = Result<T, kube::Error>>,
     {
-        let api = self.leases().await?;
+        self.request_in(send).await
+    }
+
+    /// [`Client::request`] on any kind of the Lease's namespace (the
+    /// herald's EndpointSlices and Events).
+    pub(super) async fn request_in<K, T, F, Fut>(&mut self, send: F) -> Result<T, Failure>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+        F: Fn(Api<K>) -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        let api = Api::namespaced(self.kube().await?, &self.namespace);
         match self.bounded(send(api)).await? {
             Err(kube::Error::Api(status)) if status.code == 401 => {
                 tracing::info!(
@@ -213,7 +236,7 @@ impl Client {
                     "the API server refused leaderd's credentials (401): reading them again"
                 );
                 self.built = None;
-                let api = self.leases().await?;
+                let api = Api::namespaced(self.kube().await?, &self.namespace);
                 self.call(send(api)).await
             }
             answer => answer.map_err(|e| self.sort(e)),

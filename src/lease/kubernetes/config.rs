@@ -4,6 +4,7 @@
 //! timeout; and the default inside a pod with no backend configured: a
 //! Lease named after `--key` in the pod's own namespace.
 
+use super::herald::options::{Announce, ROWS};
 use crate::config::options::{BACKEND, Spec, spec};
 use crate::config::{Backend, ConfigError, Declared, Origin, Resolving, Value};
 use crate::lease::options::StoreOptions;
@@ -31,6 +32,8 @@ pub struct KubernetesConfig {
     pub timeout: Duration,
     /// Chosen because leaderd runs in a pod and no backend was configured.
     pub implicit: bool,
+    /// What the leader announces outside the Lease: its Service, Events.
+    pub announce: Announce,
 }
 
 /// The longest Lease name leaderd takes: its registry's object,
@@ -140,6 +143,10 @@ pub const DECLARED: Declared = Declared {
         &KUBERNETES_NAMESPACE,
         &KUBECONFIG,
         &KUBERNETES_TIMEOUT,
+        ROWS[0],
+        ROWS[1],
+        ROWS[2],
+        ROWS[3],
     ],
     selectors: &[&KUBERNETES_LEASE],
     resolve,
@@ -209,12 +216,14 @@ fn settle(
         None => Source::Kubeconfig(None),
     };
     let timeout = x.store_timeout(&KUBERNETES_TIMEOUT)?;
+    let announce = super::herald::options::resolve(x)?;
     Ok(Backend::new(KubernetesConfig {
         lease: lease.value,
         namespace: namespace.map(|n| n.value),
         source,
         timeout: timeout.value,
         implicit,
+        announce,
     }))
 }
 

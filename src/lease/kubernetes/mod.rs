@@ -29,6 +29,7 @@
 mod check;
 mod client;
 pub mod config;
+pub mod herald;
 mod judge;
 mod observe;
 mod record;
@@ -95,6 +96,9 @@ pub struct KubeLease {
     vacancies: Vacancies,
     registry: registry::Registry,
     implicit: bool,
+    /// What [`herald`] needs: the configuration, and how often it tries a
+    /// write again.
+    announce: (KubernetesConfig, Duration),
     /// Said once: the API server's `resourceVersion` is not a number.
     opaque_warned: bool,
 }
@@ -122,6 +126,7 @@ impl KubeLease {
                 common.timing.registry_lapse(),
             ),
             implicit: config.implicit,
+            announce: (config.clone(), common.timing.retry_interval),
             opaque_warned: false,
         })
     }
@@ -430,6 +435,11 @@ impl LeaseBackend for KubeLease {
 
     async fn candidates(&mut self) -> Result<Vec<Record>, Error> {
         self.registry.candidates(&mut self.client).await
+    }
+
+    fn herald(&self) -> Option<crate::lease::herald::Started> {
+        let (config, retry) = &self.announce;
+        herald::start(config, &self.id, *retry)
     }
 
     fn watch_releases(&self, wakeups: Wakeups) -> Option<JoinHandle<()>> {

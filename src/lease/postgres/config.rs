@@ -244,14 +244,6 @@ pub fn parse_table(text: &str) -> Result<PgTable, String> {
     })
 }
 
-fn parse_bool(text: &str) -> Result<bool, String> {
-    match text {
-        "true" | "1" | "yes" => Ok(true),
-        "false" | "0" | "no" => Ok(false),
-        other => Err(format!("`{other}` is not true or false")),
-    }
-}
-
 pub const POSTGRES: Spec = spec(
     "postgres",
     "--postgres",
@@ -390,7 +382,8 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
         format!("{:?}", mode.value.as_str()),
         &mode.origin,
     );
-    let create = x.r.scalar(&POSTGRES_CREATE_TABLE, parse_bool)?;
+    let create =
+        x.r.scalar(&POSTGRES_CREATE_TABLE, crate::config::parse_bool)?;
     let create = or_default(create, false, "");
     x.note(
         "postgres.create_table",

@@ -1,0 +1,180 @@
+//! What the Kubernetes backend announces of each term (issue #48), on a
+//! task of its own with a client of its own, so a slow write never delays
+//! a renewal: the Service that follows the leader ([`service`]) and the
+//! Events on the Lease ([`events`]). The news comes in order from the
+//! runner ([`crate::lease::herald`]); the slice is made to say the latest
+//! want, and tried again every retry interval while the API server does
+//! not take it. A failure is logged (once per kind until it clears) and
+//! never reaches the election.
+
+pub mod events;
+pub mod options;
+pub mod service;
+
+use super::client::Client;
+use super::config::KubernetesConfig;
+use crate::lease::herald::{self, Desk, News, Started};
+use options::ServiceConfig;
+use service::{Outcome, Want};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Everything the task needs, moved onto it.
+struct Task {
+    client: Client,
+    lease: String,
+    id: String,
+    service: Option<ServiceConfig>,
+    events: Option<events::Budget>,
+    retry: Duration,
+    /// What the slice should say, until it does.
+    want: Option<Want>,
+    /// What was last said about each kind of failure, so a long outage
+    /// logs once rather than at every try.
+    slice_failing: bool,
+    events_failing: bool,
+}
+
+/// Starts the task when the configuration asks for anything.
+pub fn start(config: &KubernetesConfig, id: &str, retry: Duration) -> Option<Started> {
+    let announce = &config.announce;
+    if announce.service.is_none() && !announce.events {
+        return None;
+    }
+    // A term's end is a read and a write of the slice: what the worker
+    // waits for before it releases.
+    let (herald, desk) = herald::channel(config.timeout * 3);
+    let task = Task {
+        client: Client::new(config),
+        lease: config.lease.clone(),
+        id: id.to_string(),
+        service: announce.service.clone(),
+        events: announce.events.then(|| events::Budget::new(Instant::now())),
+        retry,
+        want: None,
+        slice_failing: false,
+        events_failing: false,
+    };
+    Some(Started {
+        herald,
+        task: tokio::spawn(task.run(desk)),
+    })
+}
+
+impl Task {
+    async fn run(mut self, mut desk: Desk) {
+        loop {
+            let news = if self.want.is_some() {
+                // A write is owed: try again at the retry interval, or at
+                // once on news.
+                match tokio::time::timeout(self.retry, desk.news.recv()).await {
+                    Ok(news) => news,
+                    Err(_) => {
+                        self.write_slice().await;
+                        continue;
+                    }
+                }
+            } else {
+                desk.news.recv().await
+            };
+            let Some(news) = news else { break };
+            self.hear(news).await;
+            desk.handled();
+        }
+    }
+
+    async fn hear(&mut self, news: News) {
+        match news {
+            News::Began { token } => self.want_slice(Want::Lead(token)),
+            News::Ending { token } => self.want_slice(Want::Empty(token)),
+            News::Released { .. } | News::Lost { .. } => {}
+        }
+        // The slice first: the address matters more than the story.
+        if self.want.is_some() {
+            self.write_slice().await;
+        }
+        self.record(news).await;
+    }
+
+    fn want_slice(&mut self, want: Want) {
+        if self.service.is_some() {
+            self.want = Some(want);
+        }
+    }
+
+    async fn write_slice(&mut self) {
+        let (Some(config), Some(want)) = (&self.service, self.want) else {
+            return;
+        };
+        match service::apply(&mut self.client, config, &self.id, want).await {
+            Ok(outcome) => {
+                self.want = None;
+                self.slice_failing = false;
+                match outcome {
+                    Outcome::Written => tracing::info!(
+                        service = %config.name,
+                        slice = %config.slice,
+                        address = %config.address,
+                        leads = matches!(want, Want::Lead(_)),
+                        "the Service's EndpointSlice {}",
+                        if matches!(want, Want::Lead(_)) { "names this leader" } else { "is emptied: this term ended" }
+                    ),
+                    Outcome::Unchanged => {}
+                    Outcome::Refused { newer } => tracing::warn!(
+                        service = %config.name,
+                        slice = %config.slice,
+                        newer_token = newer,
+                        "the Service's EndpointSlice was written by a newer term: this candidate no longer leads, so it leaves the slice alone"
+                    ),
+                }
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.slice_failing, true) {
+                    tracing::warn!(
+                        service = %config.name,
+                        error = %e,
+                        "cannot write the Service's EndpointSlice; trying again every retry interval (the election goes on)"
+                    );
+                }
+            }
+        }
+    }
+
+    async fn record(&mut self, news: News) {
+        let Some(budget) = &mut self.events else {
+            return;
+        };
+        let Some((reason, kind, mut message)) = events::describe(news, &self.id, &self.lease)
+        else {
+            return;
+        };
+        let Some(skipped) = budget.take(Instant::now()) else {
+            tracing::debug!(reason, "an Event left out: over the rate limit");
+            return;
+        };
+        if skipped > 0 {
+            message.push_str(&format!(
+                " ({skipped} earlier Events of this candidate left out by the rate limit)"
+            ));
+        }
+        let recorded = events::record(
+            &mut self.client,
+            &self.lease,
+            &self.id,
+            (reason, kind, message),
+        )
+        .await;
+        match recorded {
+            Ok(()) => self.events_failing = false,
+            Err(e) => {
+                if !std::mem::replace(&mut self.events_failing, true) {
+                    tracing::warn!(
+                        reason,
+                        error = %e,
+                        "cannot record an Event on the Lease (the election goes on)"
+                    );
+                }
+            }
+        }
+    }
+}
