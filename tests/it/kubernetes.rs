@@ -14,6 +14,7 @@ mod mixed;
 mod outside;
 mod rbac;
 mod registry;
+mod service;
 
 use crate::support;
 

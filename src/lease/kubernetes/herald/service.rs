@@ -66,8 +66,9 @@ pub fn decide(seen: Option<&Seen>, want: Want, me: &str) -> Step {
         (Want::Lead(t), Some(s)) if s.token > t => Step::Refuse { newer: s.token },
         (Want::Lead(t), Some(s)) if s.token == t && s.addresses == [me] => Step::Nothing,
         (Want::Lead(_), Some(_)) => Step::Replace,
-        // A newer term's slice is its own; an empty one says it already.
-        (Want::Empty(t), Some(s)) if s.token > t || s.addresses.is_empty() => Step::Nothing,
+        // A newer term's slice is its own: we were deposed before our end.
+        (Want::Empty(t), Some(s)) if s.token > t => Step::Refuse { newer: s.token },
+        (Want::Empty(_), Some(s)) if s.addresses.is_empty() => Step::Nothing,
         // Ours, or an older term's that still names someone: no longer true.
         (Want::Empty(_), Some(_)) => Step::Replace,
     }
@@ -239,6 +240,13 @@ fn failed(client: &Client, f: Failure) -> Error {
             detail,
             hint: "give leaderd's identity get, update and create on endpointslices (discovery.k8s.io) in the Lease's namespace: the Role in docs/kubernetes.md",
         },
+        Error::Unexpected { backend, detail } if detail.starts_with("422") => {
+            Error::Misconfigured {
+                backend,
+                detail,
+                hint: "the API server refused the slice: check --kubernetes-service-address (the pod's IP, from status.podIP; loopback addresses are refused) and --kubernetes-service-ports",
+            }
+        }
         e => e,
     }
 }
@@ -275,10 +283,12 @@ mod tests {
             // A term's end empties ours, and an older term's.
             (Some(seen(5, &[me])),          Want::Empty(5), Step::Replace),
             (Some(seen(4, &["10.0.0.9"])),  Want::Empty(5), Step::Replace),
-            // Nothing to empty; a newer term's is not ours to touch.
+            // Nothing to empty.
             (None,                          Want::Empty(5), Step::Nothing),
             (Some(seen(5, &[])),            Want::Empty(5), Step::Nothing),
-            (Some(seen(6, &["10.0.0.9"])),  Want::Empty(5), Step::Nothing),
+            // A newer term's is not ours to touch, even to empty it.
+            (Some(seen(6, &["10.0.0.9"])),  Want::Empty(5), Step::Refuse { newer: 6 }),
+            (Some(seen(6, &[])),            Want::Empty(5), Step::Refuse { newer: 6 }),
         ];
         for (i, (s, want, step)) in rows.iter().enumerate() {
             assert_eq!(
