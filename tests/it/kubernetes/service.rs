@@ -11,8 +11,8 @@
 use super::{Candidate, PATIENCE, logs};
 use crate::support;
 use serde_json::{Value, json};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use support::backends::lease_name;
 use support::kube::{ADMIN, CANDIDATE, Kube, NAMESPACE};
@@ -38,7 +38,11 @@ fn grant(kube: &Kube) {
         "metadata": { "name": SERVICE },
         "spec": { "ports": [{ "name": "http", "port": 80, "targetPort": 8080 }] },
     });
-    kube.ok("POST", &format!("/api/v1/namespaces/{NAMESPACE}/services"), Some(&service));
+    kube.ok(
+        "POST",
+        &format!("/api/v1/namespaces/{NAMESPACE}/services"),
+        Some(&service),
+    );
 }
 
 /// The slice: the writing term's token and the addresses (`None`: absent,
@@ -123,9 +127,11 @@ fn candidate(c: &Candidate<'_>, n: usize, log: &std::path::Path) -> Leaderd {
 /// how long that took from `since`.
 fn names(kube: &Kube, token: u64, address: &str, since: Instant) -> Duration {
     let want = (token, vec![address.to_string()]);
-    eventually(PATIENCE, &format!("the slice to name {address} (token {token})"), || {
-        (slice(kube)? == want).then_some(())
-    });
+    eventually(
+        PATIENCE,
+        &format!("the slice to name {address} (token {token})"),
+        || (slice(kube)? == want).then_some(()),
+    );
     since.elapsed()
 }
 
@@ -265,9 +271,61 @@ fn the_service_follows_the_leader_and_a_deposed_leader_never_rewrites_it() {
     planted.push((9, vec![address(0), address(1)]));
     assert!(at_most_one_address(&planted).is_err());
     let mut reordered = got.clone();
-    reordered.swap(0, got.iter().rposition(|e| e.reason == "LeaderElected").unwrap());
+    reordered.swap(
+        0,
+        got.iter()
+            .rposition(|e| e.reason == "LeaderElected")
+            .unwrap(),
+    );
     assert!(terms_in_order(&reordered).is_err());
     let mut twice = got.clone();
     twice.push(want[1].clone());
     assert!(terms_in_order(&twice).is_err());
+}
+
+#[test]
+fn a_flapping_health_check_records_a_bounded_number_of_events() {
+    let kube = Kube::start(1);
+    grant(&kube);
+    let key = support::key("k8s-flap");
+    let lease = lease_name(&key);
+    let c = Candidate::on(&kube, &key, TTL);
+    let (dir, logs) = logs("k8s-flap", 1);
+    let healthy = dir.join("healthy");
+    std::fs::write(&healthy, "").unwrap();
+    let check = format!("test -e {}", support::path_str(&healthy));
+    let env = [
+        ("LEADERD_HEALTH_COMMAND", check.as_str()),
+        ("LEADERD_HEALTH_INTERVAL", "100ms"),
+        ("LEADERD_HEALTH_FAILURES", "1"),
+    ];
+    let mut node = c.run("a", &logs[0], &env);
+    node.wait_leading(PATIENCE);
+    // Each flip ends or begins a term: twelve terms, two Events each
+    // unless the rate limit holds them.
+    let started = Instant::now();
+    let mut terms = 1;
+    for _ in 0..11 {
+        std::fs::remove_file(&healthy).unwrap();
+        eventually(PATIENCE, "the leader to step down", || {
+            (!node.is_leader()).then_some(())
+        });
+        std::fs::write(&healthy, "").unwrap();
+        node.wait_leading(PATIENCE);
+        terms += 1;
+    }
+    // Once it exited, every Event it would send was sent: it finishes
+    // what its herald was told before it exits.
+    node.signal("TERM");
+    node.wait_exit(PATIENCE);
+    let window = started.elapsed();
+    let recorded = events(&kube, &lease).len() as u64;
+    // The budget: 10 at once, one more per 30 s.
+    let bound = 10 + window.as_secs() / 30;
+    assert!(
+        recorded <= bound,
+        "{recorded} Events for {terms} terms in {window:?}; the budget allows {bound}"
+    );
+    assert!(recorded >= 10, "only {recorded} Events for {terms} terms");
+    terms_in_order(&events(&kube, &lease)).unwrap();
 }
