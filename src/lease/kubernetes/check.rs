@@ -14,17 +14,25 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::{Api, PostParams};
 
-/// One verb on leases: on the object `name`, or on any (`None`).
+/// One verb on a kind (leases unless said): on the object `name`, or on
+/// any (`None`).
 struct Need {
     verb: &'static str,
     name: Option<String>,
+    /// The API group, the resource and how one object is called.
+    kind: (&'static str, &'static str, &'static str),
 }
+
+const LEASES: (&str, &str, &str) = ("coordination.k8s.io", "leases", "the Lease");
+const SLICES: (&str, &str, &str) = ("discovery.k8s.io", "endpointslices", "the EndpointSlice");
+const EVENTS: (&str, &str, &str) = ("", "events", "the Event");
 
 impl Need {
     fn shown(&self) -> String {
+        let (_, resource, one) = self.kind;
         match &self.name {
-            Some(n) => format!("{} the Lease {n}", self.verb),
-            None => format!("{} leases", self.verb),
+            Some(n) => format!("{} {one} {n}", self.verb),
+            None => format!("{} {resource}", self.verb),
         }
     }
 }
@@ -36,8 +44,8 @@ async fn allowed(lease: &mut KubeLease, namespace: &str, need: &Need) -> Result<
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
-                group: Some("coordination.k8s.io".into()),
-                resource: Some("leases".into()),
+                group: Some(need.kind.0.into()),
+                resource: Some(need.kind.1.into()),
                 namespace: Some(namespace.to_string()),
                 verb: Some(need.verb.into()),
                 name: need.name.clone(),
@@ -75,6 +83,7 @@ pub(super) async fn report(lease: &mut KubeLease) -> Result<Vec<String>, Error> 
     let on = |verb, name: &String| Need {
         verb,
         name: Some(name.clone()),
+        kind: LEASES,
     };
     let mut missing = Vec::new();
     for need in [
@@ -107,6 +116,7 @@ pub(super) async fn report(lease: &mut KubeLease) -> Result<Vec<String>, Error> 
     let create = Need {
         verb: "create",
         name: None,
+        kind: LEASES,
     };
     if !absent.is_empty() && !allowed(lease, &namespace, &create).await? {
         let names: Vec<String> = absent.iter().map(|n| format!("the Lease {n}")).collect();
@@ -146,6 +156,7 @@ pub(super) async fn report(lease: &mut KubeLease) -> Result<Vec<String>, Error> 
             l.metadata.resource_version.as_deref().unwrap_or_default()
         ));
     }
+    lines.extend(announcing(lease, &namespace).await?);
     lines.push(match current {
         None => format!("the Lease {name} does not exist yet; the first candidate creates it"),
         Some(l) => {
@@ -158,6 +169,68 @@ pub(super) async fn report(lease: &mut KubeLease) -> Result<Vec<String>, Error> 
             )
         }
     });
+    Ok(lines)
+}
+
+/// What the herald will write: the Service's slice (refused when a right
+/// is missing, or the Service is not one leaderd can steer) and the Events
+/// (a note when they cannot be recorded: they never affect the election).
+async fn announcing(lease: &mut KubeLease, namespace: &str) -> Result<Vec<String>, Error> {
+    let announce = lease.announce.0.announce.clone();
+    let mut lines = Vec::new();
+    if let Some(service) = &announce.service {
+        let slice = |verb| Need {
+            verb,
+            name: Some(service.slice.clone()),
+            kind: SLICES,
+        };
+        let mut missing = Vec::new();
+        for need in [slice("get"), slice("update")] {
+            if !allowed(lease, namespace, &need).await? {
+                missing.push(need.shown());
+            }
+        }
+        let create = Need {
+            verb: "create",
+            name: None,
+            kind: SLICES,
+        };
+        if !allowed(lease, namespace, &create).await? {
+            missing.push(format!(
+                "{} (the first leader creates its slice; grant create, or create the slice first)",
+                create.shown()
+            ));
+        }
+        if !missing.is_empty() {
+            return Err(refused(
+                lease,
+                format!(
+                    "--kubernetes-service {}: leaderd's identity may not {} in namespace {namespace}",
+                    service.name,
+                    missing.join(", ")
+                ),
+            ));
+        }
+        lines.push(super::herald::service::check_service(&mut lease.client, service).await?);
+        lines.push(format!(
+            "allowed in namespace {namespace}: get, update and create on endpointslices: the leader keeps the EndpointSlice {} at {} on ports {}",
+            service.slice,
+            service.address,
+            service.ports.iter().map(|p| p.shown()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if announce.events {
+        let create = Need {
+            verb: "create",
+            name: None,
+            kind: EVENTS,
+        };
+        lines.push(if allowed(lease, namespace, &create).await? {
+            format!("create on events is allowed: each term's start and end is an Event on the Lease {}", lease.name)
+        } else {
+            format!("create on events is not allowed in namespace {namespace}: no Event will tell of a term (the election is not affected); grant it, or give --kubernetes-events=false")
+        });
+    }
     Ok(lines)
 }
 

@@ -31,6 +31,7 @@ fn grant(kube: &Kube) {
             "verbs": ["get", "update", "create"],
         },
         { "apiGroups": [""], "resources": ["events"], "verbs": ["create"] },
+        { "apiGroups": [""], "resources": ["services"], "verbs": ["get"] },
     ]);
     kube.role("leaderd-announce", &rules, CANDIDATE);
     let service = json!({
@@ -204,6 +205,37 @@ fn the_service_follows_the_leader_and_a_deposed_leader_never_rewrites_it() {
     let lease = lease_name(&key);
     let c = Candidate::on(&kube, &key, TTL);
     let (_dir, logs) = logs("k8s-service", 5);
+    // `check` asks for each right, and looks at the Service.
+    let check = |service: &str| {
+        let mut args = vec!["check".to_string()];
+        args.extend(c.args(&kube.kubeconfig(CANDIDATE, 0)));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let env = [
+            ("LEADERD_KUBERNETES_SERVICE", service),
+            ("LEADERD_KUBERNETES_SERVICE_PORTS", "http:8080"),
+            ("LEADERD_KUBERNETES_SERVICE_ADDRESS", "192.0.2.1"),
+        ];
+        let out = support::command(&args)
+            .envs(env)
+            .output()
+            .expect("run leaderd check");
+        let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        (out.status.code().unwrap_or(-1), text.into_owned())
+    };
+    let (code, out) = check(SERVICE);
+    assert_eq!(code, 0, "{out}");
+    for line in [
+        "has no selector and its ports' names match",
+        "create on events is allowed",
+    ] {
+        assert!(out.contains(line), "{out}");
+    }
+    let (code, out) = check("nope");
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("the Service default/nope: it does not exist"),
+        "{out}"
+    );
     let mut story = Vec::new();
     let samples = sampled(&kube, || {
         let mut nodes: Vec<Leaderd> = (0..3).map(|n| candidate(&c, n, &logs[n])).collect();

@@ -16,7 +16,7 @@
 use super::super::client::{Client, Failure};
 use super::options::ServiceConfig;
 use crate::lease::contract::Error;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use kube::api::{ObjectMeta, PostParams};
 use std::collections::BTreeMap;
@@ -139,6 +139,68 @@ pub(super) async fn apply(
             config.slice
         ),
     })
+}
+
+/// `check`: the Service is one the slice can steer — there, without a
+/// selector (whose own slices would send traffic to every pod it selects),
+/// and with the ports' names. A Service leaderd may not read is a note.
+pub(in crate::lease::kubernetes) async fn check_service(
+    client: &mut Client,
+    config: &ServiceConfig,
+) -> Result<String, Error> {
+    let found = client
+        .request_in(|api: kube::Api<Service>| {
+            let name = config.name.clone();
+            async move { api.get_opt(&name).await }
+        })
+        .await;
+    let refused = |detail: String| Error::NotSetUp {
+        backend: format!("the Service {}/{}", client.namespace, config.name),
+        detail: format!(
+            "{detail}; leaderd steers a Service with no selector whose port names are those of --kubernetes-service-ports (docs/kubernetes.md, \"Send traffic to the leader\")"
+        ),
+    };
+    let service = match found {
+        Ok(Some(service)) => service,
+        Ok(None) => return Err(refused("it does not exist".into())),
+        Err(Failure::Other(Error::Misconfigured { detail, .. })) if detail.starts_with("403") => {
+            return Ok(format!(
+                "cannot read the Service {} to check it (get on services is optional): make sure it has no selector and its ports are named {}",
+                config.name,
+                config
+                    .ports
+                    .iter()
+                    .map(|p| format!("{:?}", p.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        Err(f) => return Err(client.sorted(f)),
+    };
+    let spec = service.spec.unwrap_or_default();
+    if spec.selector.as_ref().is_some_and(|s| !s.is_empty()) {
+        return Err(refused(
+            "it has a selector: Kubernetes' own EndpointSlices would send its traffic to every pod it selects, standbys too; remove spec.selector".into(),
+        ));
+    }
+    let mut theirs: Vec<String> = spec
+        .ports
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| p.name.unwrap_or_default())
+        .collect();
+    let mut ours: Vec<String> = config.ports.iter().map(|p| p.name.clone()).collect();
+    theirs.sort();
+    ours.sort();
+    if theirs != ours {
+        return Err(refused(format!(
+            "its ports are named {theirs:?} and --kubernetes-service-ports names {ours:?}: kube-proxy matches a slice's ports to the Service's by name"
+        )));
+    }
+    Ok(format!(
+        "the Service {} has no selector and its ports' names match",
+        config.name
+    ))
 }
 
 fn seen_of(slice: &EndpointSlice) -> Seen {
