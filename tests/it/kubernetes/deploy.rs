@@ -17,7 +17,7 @@ use support::{Leaderd, eventually, probe_child, probe_events};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 const NAMESPACE: &str = "leaderd-demo";
-const ACCOUNT: &str = "leaderd-worker";
+const ACCOUNT: &str = "jobs-leaderd";
 
 /// `kubectl apply -k DIR`; the lines it printed.
 fn apply(kube: &Kube, dir: &str) -> String {
@@ -26,29 +26,64 @@ fn apply(kube: &Kube, dir: &str) -> String {
     out
 }
 
-/// The manifests' leaderd.toml, as the API server stores the ConfigMap,
-/// written to `dir`.
-fn config_of(kube: &Kube, dir: &Path) -> PathBuf {
-    let map = kube.ok(
-        "GET",
-        &format!("/api/v1/namespaces/{NAMESPACE}/configmaps/leaderd-config"),
-        None,
-    );
-    let path = dir.join("leaderd.toml");
-    let text = map["data"]["leaderd.toml"].as_str().expect("leaderd.toml");
-    std::fs::write(&path, text).expect("write the config");
-    path
+/// A workload's leaderd sidecar as the API server stores it: the
+/// ConfigMap's leaderd.toml (written to a file) and the sidecar's plain
+/// environment (its `value`s; the downward API's are set by [`pod`]).
+pub(super) struct Sidecar {
+    config: PathBuf,
+    env: Vec<(String, String)>,
 }
 
-/// leaderd as the sidecar of pod `name` runs it: the manifests' arguments
-/// and configuration (the HTTP address on loopback instead of the pod's),
-/// the pod's environment, `projected` at the pod's paths; the probe child
-/// logs to `log`. `None` when this machine cannot make a mount namespace
-/// (outside CI only).
-fn pod(
+impl Sidecar {
+    /// The sidecar of the `kind` (`deployments`, `statefulsets`) `name` in
+    /// `namespace`, its config written to `dir`.
+    pub(super) fn of(kube: &Kube, namespace: &str, kind: &str, name: &str, dir: &Path) -> Sidecar {
+        let workload = kube.ok(
+            "GET",
+            &format!("/apis/apps/v1/namespaces/{namespace}/{kind}/{name}"),
+            None,
+        );
+        let pod = &workload["spec"]["template"]["spec"];
+        let sidecar = pod["initContainers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["name"] == "leaderd")
+            .unwrap_or_else(|| panic!("no leaderd sidecar in {kind}/{name}: {pod}"));
+        let env = sidecar["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| Some((e["name"].as_str()?.into(), e["value"].as_str()?.into())))
+            .collect();
+        let map = pod["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == "leaderd-config")
+            .and_then(|v| v["configMap"]["name"].as_str())
+            .expect("the leaderd-config volume");
+        let map = kube.ok(
+            "GET",
+            &format!("/api/v1/namespaces/{namespace}/configmaps/{map}"),
+            None,
+        );
+        let config = dir.join(format!("{name}.toml"));
+        let text = map["data"]["leaderd.toml"].as_str().expect("leaderd.toml");
+        std::fs::write(&config, text).expect("write the config");
+        Sidecar { config, env }
+    }
+}
+
+/// leaderd as the sidecar of pod `name` runs it: the manifests' arguments,
+/// configuration and environment (the HTTP address on loopback instead of
+/// the pod's), the pod's own environment, `projected` at the pod's paths;
+/// the probe child logs to `log`. `None` when this machine cannot make a
+/// mount namespace (outside CI only).
+pub(super) fn pod(
     kube: &Kube,
     name: &str,
-    config: &Path,
+    sidecar: &Sidecar,
     projected: &Projected,
     log: &Path,
 ) -> Option<Leaderd> {
@@ -65,7 +100,7 @@ fn pod(
     let args = [
         "run",
         "--config",
-        support::path_str(config),
+        support::path_str(&sidecar.config),
         "--http",
         &http,
         "--",
@@ -73,11 +108,14 @@ fn pod(
         support::path_str(log),
     ];
     let port = kube.servers[0].port.to_string();
-    let env = [
+    let mut env = vec![
         ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
         ("KUBERNETES_SERVICE_PORT", port.as_str()),
         ("POD_NAME", name),
+        // Data only: the API server refuses loopback addresses in a slice.
+        ("POD_IP", "192.0.2.10"),
     ];
+    env.extend(sidecar.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     Some(Leaderd::attach(
         name,
         &http,
@@ -102,27 +140,49 @@ fn the_manifests_apply_and_their_service_account_may_touch_its_leases_only() {
     eprintln!("kubectl apply -k deploy/kubernetes:\n{base}");
     for object in [
         "namespace/leaderd-demo created",
-        "serviceaccount/leaderd-worker created",
-        "role.rbac.authorization.k8s.io/leaderd created",
-        "rolebinding.rbac.authorization.k8s.io/leaderd created",
-        "configmap/leaderd-config created",
-        "deployment.apps/leaderd-worker created",
+        "serviceaccount/jobs-leaderd created",
+        "role.rbac.authorization.k8s.io/jobs-leaderd created",
+        "rolebinding.rbac.authorization.k8s.io/jobs-leaderd created",
+        "configmap/jobs-leaderd created",
+        "deployment.apps/jobs created",
     ] {
         assert!(base.contains(object), "{object} missing from:\n{base}");
     }
+    let readiness = apply(&kube, "deploy/kubernetes/leader-service-readiness");
+    assert!(
+        readiness.contains("service/jobs-leader created"),
+        "{readiness}"
+    );
     let service = apply(&kube, "deploy/kubernetes/leader-service");
     assert!(
-        service.contains("service/leaderd-leader created"),
+        service.contains("service/jobs-leader configured")
+            && service.contains("deployment.apps/jobs configured"),
         "{service}"
+    );
+    let leader_service = kube.ok(
+        "GET",
+        &format!("/api/v1/namespaces/{NAMESPACE}/services/jobs-leader"),
+        None,
+    );
+    assert!(
+        leader_service["spec"]["selector"].is_null(),
+        "the maintained Service kept the readiness way's selector: {leader_service}"
     );
     let redis = apply(&kube, "deploy/kubernetes/redis");
     for object in [
         "secret/leaderd-redis created",
         "deployment.apps/leaderd-redis created",
         "service/leaderd-redis created",
-        "deployment.apps/leaderd-worker configured",
+        "deployment.apps/jobs configured",
     ] {
         assert!(redis.contains(object), "{object} missing from:\n{redis}");
+    }
+    let flow = apply(&kube, "deploy/kubernetes/flowcontrol");
+    for object in [
+        "prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/leaderd created",
+        "flowschema.flowcontrol.apiserver.k8s.io/leaderd created",
+    ] {
+        assert!(flow.contains(object), "{object} missing from:\n{flow}");
     }
     // Back to the default, as a user switching back would.
     apply(&kube, "deploy/kubernetes");
@@ -138,6 +198,10 @@ fn the_manifests_apply_and_their_service_account_may_touch_its_leases_only() {
         lease_rule("update", Some("jobs-candidates")),
         lease_rule("watch", Some("jobs-candidates")),
         lease_rule("create", None),
+        json!({ "resource": "events", "verb": "create" }),
+        json!({ "group": "discovery.k8s.io", "resource": "endpointslices", "verb": "get", "name": "jobs-leader-leaderd" }),
+        json!({ "group": "discovery.k8s.io", "resource": "endpointslices", "verb": "update", "name": "jobs-leader-leaderd" }),
+        json!({ "group": "discovery.k8s.io", "resource": "endpointslices", "verb": "create" }),
     ];
     let refused = [
         lease_rule("get", Some("kube-controller-manager")),
@@ -147,7 +211,10 @@ fn the_manifests_apply_and_their_service_account_may_touch_its_leases_only() {
         json!({ "resource": "secrets", "verb": "get", "name": "leaderd-redis" }),
         json!({ "resource": "secrets", "verb": "list" }),
         json!({ "resource": "pods", "verb": "get" }),
-        json!({ "resource": "configmaps", "verb": "get", "name": "leaderd-config" }),
+        json!({ "resource": "configmaps", "verb": "get", "name": "jobs-leaderd" }),
+        json!({ "resource": "events", "verb": "delete" }),
+        json!({ "group": "discovery.k8s.io", "resource": "endpointslices", "verb": "delete", "name": "jobs-leader-leaderd" }),
+        json!({ "group": "discovery.k8s.io", "resource": "endpointslices", "verb": "list" }),
     ];
     for (rules, expected) in [(&allowed[..], true), (&refused[..], false)] {
         for rule in rules {
@@ -160,15 +227,15 @@ fn the_manifests_apply_and_their_service_account_may_touch_its_leases_only() {
     // Three pods' sidecars, each with a token of its own from TokenRequest:
     // one leads, the Lease names it, and a SIGTERM hands over at once.
     let dir = support::Scratch::new("k8s-deploy");
-    let config = config_of(&kube, &dir);
+    let sidecar = Sidecar::of(&kube, NAMESPACE, "deployments", "jobs", &dir);
     let mut pods = Vec::new();
-    for name in ["leaderd-worker-a", "leaderd-worker-b", "leaderd-worker-c"] {
+    for name in ["jobs-a", "jobs-b", "jobs-c"] {
         let token = token_request(&kube, NAMESPACE, ACCOUNT, None);
         let projected = Projected::new(&dir.join(name), &kube, NAMESPACE, &token);
         let Some(node) = pod(
             &kube,
             name,
-            &config,
+            &sidecar,
             &projected,
             &dir.join(format!("{name}.probe")),
         ) else {
@@ -220,7 +287,7 @@ fn a_token_rotated_mid_term_is_read_again_and_an_expired_one_is_refused_then_rep
     let kube = Kube::start(1);
     apply(&kube, "deploy/kubernetes");
     let dir = support::Scratch::new("k8s-rotation");
-    let config = config_of(&kube, &dir);
+    let sidecar = Sidecar::of(&kube, NAMESPACE, "deployments", "jobs", &dir);
     let secret = |name: &str| {
         let body = json!({ "apiVersion": "v1", "kind": "Secret", "metadata": { "name": name } });
         kube.ok(
@@ -236,7 +303,7 @@ fn a_token_rotated_mid_term_is_read_again_and_an_expired_one_is_refused_then_rep
     let first = token_request(&kube, NAMESPACE, ACCOUNT, Some("pod-a"));
     let mut projected = Projected::new(&dir.join("sa"), &kube, NAMESPACE, &first);
     let log = dir.join("rotation.probe");
-    let Some(node) = pod(&kube, "leaderd-worker-a", &config, &projected, &log) else {
+    let Some(node) = pod(&kube, "jobs-a", &sidecar, &projected, &log) else {
         return;
     };
     let t0 = Instant::now();
@@ -297,7 +364,7 @@ fn a_token_rotated_mid_term_is_read_again_and_an_expired_one_is_refused_then_rep
         &expired_token(&kube, NAMESPACE, ACCOUNT),
     );
     let log = dir.join("expired.probe");
-    let Some(node) = pod(&kube, "leaderd-worker-b", &config, &stale, &log) else {
+    let Some(node) = pod(&kube, "jobs-b", &sidecar, &stale, &log) else {
         return;
     };
     // After the 401 leaderd reads the file again, and is refused again.
