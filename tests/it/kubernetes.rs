@@ -7,6 +7,7 @@
 //! `kubernetes/rbac.rs`, the control plane's faults in
 //! `kubernetes/faults.rs`.
 
+mod component;
 mod deploy;
 mod faults;
 mod idle;

@@ -20,7 +20,7 @@ const NAMESPACE: &str = "leaderd-demo";
 const ACCOUNT: &str = "jobs-leaderd";
 
 /// `kubectl apply -k DIR`; the lines it printed.
-fn apply(kube: &Kube, dir: &str) -> String {
+pub(super) fn apply(kube: &Kube, dir: &str) -> String {
     let (ok, out) = kube.kubectl(&["apply", "-k", dir]);
     assert!(ok, "kubectl apply -k {dir} failed:\n{out}");
     out
