@@ -24,6 +24,8 @@ mod health;
 mod rollout;
 #[path = "handover/scale.rs"]
 mod scale;
+#[path = "handover/service.rs"]
+mod service;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -738,6 +740,12 @@ fn main() {
     // `BENCH_ONLY=scale`: what standbys cost the store at K = 3, 30, 100.
     if std::env::var("BENCH_ONLY").as_deref() == Ok("scale") {
         scale::rows(&exe, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    // `BENCH_ONLY=service`: SIGTERM → a Service reaches the next leader.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("service") {
+        service::rows(&exe, &dir);
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
