@@ -124,6 +124,21 @@ fn candidate(c: &Candidate<'_>, n: usize, log: &std::path::Path) -> Leaderd {
     c.run(id, log, &env)
 }
 
+/// The leader after `old` (signalled), with a larger token than `token`.
+fn next_leader(nodes: &[Leaderd], old: usize, token: u64, limit: Duration) -> (usize, u64) {
+    eventually(limit, "the next leader", || {
+        nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != old)
+            .find_map(|(i, n)| {
+                let (leads, body) = n.leader()?;
+                let t = body["fencing_token"].as_u64()?;
+                (leads && t > token).then_some((i, t))
+            })
+    })
+}
+
 /// Waits until the slice names exactly `address` for the term `token`;
 /// how long that took from `since`.
 fn names(kube: &Kube, token: u64, address: &str, since: Instant) -> Duration {
@@ -246,9 +261,14 @@ fn the_service_follows_the_leader_and_a_deposed_leader_never_rewrites_it() {
         // SIGTERM: the slice follows within the handover.
         let at = Instant::now();
         nodes[first].signal("TERM");
-        let (second, token) = the_leader(&nodes, PATIENCE);
+        let (second, token) = next_leader(&nodes, first, token, PATIENCE);
         let took = names(&kube, token, &address(second), at);
         eprintln!("SIGTERM to the slice naming the next leader: {took:?}");
+        // A release, not an expiry, moved it.
+        assert!(
+            took < Duration::from_secs(4),
+            "the slice followed after {took:?}"
+        );
         nodes[first].wait_exit(PATIENCE);
         story.push(("LeaseReleased", first, story[0].2));
         story.push(("LeaderElected", second, token));
@@ -256,7 +276,7 @@ fn the_service_follows_the_leader_and_a_deposed_leader_never_rewrites_it() {
         // SIGKILL: at expiry.
         let at = Instant::now();
         nodes[second].signal("KILL");
-        let (third, token) = the_leader(&nodes, Duration::from_secs(4) + PATIENCE);
+        let (third, token) = next_leader(&nodes, second, token, Duration::from_secs(4) + PATIENCE);
         let took = names(&kube, token, &address(third), at);
         eprintln!("SIGKILL to the slice naming the next leader: {took:?}");
         story.push(("LeaderElected", third, token));
@@ -278,6 +298,27 @@ fn the_service_follows_the_leader_and_a_deposed_leader_never_rewrites_it() {
         );
         story.push(("LeaderLost", frozen, story[3].2));
         story.push(("LeaderElected", fourth, token));
+
+        // No leader: an empty slice, the last term's token kept.
+        // The standbys first, so that none takes over.
+        for (i, node) in nodes.iter_mut().enumerate() {
+            if i != fourth && node.running() {
+                node.signal("TERM");
+            }
+        }
+        for (i, node) in nodes.iter_mut().enumerate() {
+            if i != fourth {
+                node.wait_exit(PATIENCE);
+            }
+        }
+        nodes[fourth].signal("TERM");
+        nodes[fourth].wait_exit(PATIENCE);
+        assert_eq!(
+            slice(&kube),
+            Some((token, Vec::new())),
+            "no leader, yet an address"
+        );
+        story.push(("LeaseReleased", fourth, token));
     });
     at_most_one_address(&samples).unwrap();
     assert!(samples.len() > 50, "only {} samples", samples.len());
