@@ -13,8 +13,10 @@
 //!   its actions against [`lease`] (the [`lease::LeaseBackend`] trait, and a
 //!   folder per backend owning its options, client, wake-ups and `check`:
 //!   `redis/` with Sentinel and Cluster, `redlock/`, `postgres/`, `etcd/`,
-//!   `zookeeper/`, `file/` the lock file; [`lease::BACKENDS`] lists them) and [`work`]
-//!   (the child behind its guard, webhooks).
+//!   `zookeeper/`, `kubernetes/` the Lease, `file/` the lock file;
+//!   [`lease::BACKENDS`] lists them; `lease::herald` what a backend announces
+//!   of each term outside leaderd, Kubernetes' Service and Events) and
+//!   [`work`] (the child behind its guard, webhooks).
 //! - [`health`]: the worker's health check, a driver whose verdicts the
 //!   runner feeds to the machine (health gating); [`priority`]: the
 //!   candidates' ranks the registry carries.
