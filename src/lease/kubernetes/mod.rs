@@ -25,6 +25,9 @@
 //!   there past its expiry (its holder died), the contract's vacancy rule;
 //! - a duration shortened from outside does not shorten the term for a
 //!   waiter that saw it longer, and never below the waiter's own TTL.
+//!
+//! Beside the Lease, [`herald`] tells the cluster of each term: the
+//! Service that follows the leader and the Events on the Lease.
 
 mod check;
 mod client;
