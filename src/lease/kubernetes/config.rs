@@ -59,6 +59,12 @@ pub fn parse_name(text: &str) -> Result<String, String> {
 
 /// A namespace's name: a DNS label (RFC 1123).
 pub fn parse_namespace(text: &str) -> Result<String, String> {
+    parse_label("namespace", text)
+}
+
+/// A DNS label (RFC 1123), as namespaces, Services and port names are;
+/// `what` names it in the error.
+pub fn parse_label(what: &str, text: &str) -> Result<String, String> {
     let ok = !text.is_empty()
         && text.len() <= 63
         && text
@@ -68,7 +74,7 @@ pub fn parse_namespace(text: &str) -> Result<String, String> {
         && !text.ends_with('-');
     if !ok {
         return Err(format!(
-            "`{text}` is not a namespace: 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
+            "`{text}` is not a {what}: 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
         ));
     }
     Ok(text.to_string())

@@ -4,6 +4,7 @@
 //! address) and the Events on the Lease (`--kubernetes-events`).
 
 use crate::config::options::{BACKEND, Commas, Spec, spec};
+use super::super::config::parse_label;
 use crate::config::{ConfigError, Origin, Resolving, Value, or_default};
 use std::net::IpAddr;
 
@@ -89,23 +90,6 @@ pub const ROWS: [&Spec; 4] = [
     &KUBERNETES_SERVICE_ADDRESS,
     &KUBERNETES_EVENTS,
 ];
-
-/// A DNS label (RFC 1123), as Service names and port names are.
-fn parse_label(what: &str, text: &str) -> Result<String, String> {
-    let ok = !text.is_empty()
-        && text.len() <= 63
-        && text
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !text.starts_with('-')
-        && !text.ends_with('-');
-    if !ok {
-        return Err(format!(
-            "`{text}` is not a {what}: 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
-        ));
-    }
-    Ok(text.to_string())
-}
 
 fn parse_service(text: &str) -> Result<String, String> {
     // The slice's name adds "-leaderd" and must stay a valid name.
