@@ -69,10 +69,15 @@ fn unblock(signals: &[i32]) -> std::io::Result<()> {
     }
 }
 
-/// Blocks the shutdown signals; [`catch`] unblocks them. Runs from the
-/// binary's `.init_array`, before `main` and before any thread exists.
+/// Makes the signal mask the shutdown signals alone; [`catch`] unblocks
+/// them. Runs from the binary's `.init_array`, before `main` and before any
+/// thread exists (every thread inherits this mask). Whatever else the
+/// parent had blocked is unblocked here, as init-like supervisors (tini,
+/// dumb-init) do: a parent that spawns from a thread blocking signals
+/// would otherwise leave SIGCHLD blocked, and the child's exit, which a
+/// shutdown waits for, would never be heard.
 pub extern "C" fn block_before_main() {
-    mask(libc::SIG_BLOCK, &SHUTDOWN.map(|(n, _)| n));
+    mask(libc::SIG_SETMASK, &SHUTDOWN.map(|(n, _)| n));
 }
 
 fn mask(how: i32, signals: &[i32]) -> i32 {

@@ -228,10 +228,13 @@ fn as_pid_1_of_a_pid_namespace_sigterm_stops_releases_and_empties_it() {
     }
 }
 
-/// Issue #12 (signals): what leaderd's parent left behind does not reach
-/// leaderd or its child. Started with SIGTERM blocked *and* ignored, SIGQUIT
-/// ignored and fd 7 open, leaderd still stops on SIGTERM, and its child gets
-/// only fds 0–2 and no ignored signal.
+/// Issues #12 and #49 (signals): what leaderd's parent left behind does
+/// not reach leaderd or its child. Started with every signal blocked,
+/// SIGTERM, SIGQUIT and SIGCHLD ignored and fd 7 open (a supervisor that
+/// spawns from a thread blocking signals, as some process builders and
+/// thread pools do), leaderd still hands over on SIGTERM with its child
+/// stopped gracefully, and its child gets only fds 0–2 and no ignored
+/// signal.
 #[test]
 fn an_inherited_signal_mask_ignored_sigterm_and_open_fds_are_not_passed_on() {
     use std::os::unix::process::CommandExt;
@@ -261,9 +264,10 @@ fn an_inherited_signal_mask_ignored_sigterm_and_open_fds_are_not_passed_on() {
             libc::signal(libc::SIGTERM, libc::SIG_IGN);
             // One leaderd has no handler for: only the reset clears it.
             libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+            // Ignored, its exits would be reaped by the kernel unseen.
+            libc::signal(libc::SIGCHLD, libc::SIG_IGN);
             let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigfillset(&mut set);
             libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
             Ok(())
         });
@@ -288,6 +292,9 @@ fn an_inherited_signal_mask_ignored_sigterm_and_open_fds_are_not_passed_on() {
         fields[3], "0,1,2",
         "descriptors passed on: {first} ({inherited:?})"
     );
+    // A standby on the same lock file, started plainly.
+    let standby = support::Leaderd::run("standby", &["--lock-file", support::path_str(&lock)]);
+    standby.wait_log(PATIENCE, "held by another candidate");
     os::kill(leaderd.id(), libc::SIGTERM);
     let status = eventually(PATIENCE, "leaderd to exit", || leaderd.try_wait().unwrap());
     assert_eq!(
@@ -295,6 +302,9 @@ fn an_inherited_signal_mask_ignored_sigterm_and_open_fds_are_not_passed_on() {
         Some(0),
         "SIGTERM, blocked and ignored at birth, still works"
     );
+    let stopped = probe_events(&log).iter().any(|e| e.kind == "stop");
+    assert!(stopped, "the child was not stopped gracefully");
+    standby.wait_leading(PATIENCE);
 }
 
 /// Two SIGTERMs 1 ms apart (GNU `timeout -k`, some runtimes): the second one
