@@ -9,6 +9,7 @@
 //! guard, signalling the group, sweeping it for stragglers, reporting to
 //! the runner, logging.
 
+mod state;
 mod step;
 #[cfg(test)]
 mod sweep;
@@ -19,10 +20,10 @@ use super::WorkEvent;
 use super::process::{self, Group, Spec};
 use crate::config::{OnChildExit, Signal};
 use crate::metrics::Metrics;
+use state::{Action, Event, Policy, Say, Supervision};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use step::{Action, Event, Policy, Say, Supervision};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;

@@ -7,7 +7,8 @@
 //! added it).
 
 use super::super::WorkEvent;
-use super::step::*;
+use super::state::*;
+use super::step::step;
 use super::tests::{ms, policy};
 use crate::config::OnChildExit;
 use std::time::Duration;

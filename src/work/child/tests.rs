@@ -3,7 +3,8 @@
 //! through random sequences checking its invariants.
 
 use super::super::WorkEvent;
-use super::step::*;
+use super::state::*;
+use super::step::step;
 use crate::config::{OnChildExit, Signal};
 use std::time::Duration;
 use tokio::time::Instant;
