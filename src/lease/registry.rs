@@ -9,7 +9,7 @@ pub use crate::priority::Priority;
 use serde::{Deserialize, Serialize};
 
 /// One candidate's record, as stored (JSON) and as `/leader` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     pub id: String,
     /// `--priority` as given: an integer or a dotted version.
