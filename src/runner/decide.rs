@@ -105,32 +105,57 @@ impl Once {
         (!self.started && self.deadline > now).then_some(self.deadline)
     }
 
-    /// The exit code to end the run with, if the run-once outcome is known
-    /// (once known, the runner stops asking).
-    pub(super) fn verdict(&self, state: &State, shutdown_seen: bool, now: Instant) -> Option<i32> {
+    /// How the run ends, if the run-once outcome is known (once known,
+    /// the runner stops asking).
+    pub(super) fn verdict(
+        &self,
+        state: &State,
+        shutdown_seen: bool,
+        now: Instant,
+    ) -> Option<OnceEnd> {
         if shutdown_seen {
             return None;
         }
         if !self.started {
             // An unhealthy worker never lets an acquire out: the deadline
             // alone decides then.
-            if (self.answered || state.worker_unhealthy())
+            let out_of_time = (self.answered || state.worker_unhealthy())
                 && now >= self.deadline
                 && state.leading().is_none()
-                && state.name() != StateName::Acquiring
-            {
-                tracing::info!("not leader within --wait: exiting without running the command");
-                return Some(EXIT_NOT_LEADER);
+                && state.name() != StateName::Acquiring;
+            return out_of_time.then_some(OnceEnd::NotLeaderInTime);
+        }
+        (state.name() == StateName::Waiting).then_some(OnceEnd::LostWhileRunning)
+    }
+}
+
+/// How a run-once ends before its command finished: its exit code, and
+/// the line the runner logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OnceEnd {
+    /// Not leader within `--wait`: the command never ran.
+    NotLeaderInTime,
+    /// The lease was lost while the command ran: it was stopped.
+    LostWhileRunning,
+}
+
+impl OnceEnd {
+    pub(super) fn code(self) -> i32 {
+        match self {
+            OnceEnd::NotLeaderInTime => EXIT_NOT_LEADER,
+            OnceEnd::LostWhileRunning => 1,
+        }
+    }
+
+    pub(super) fn log(self) {
+        match self {
+            OnceEnd::NotLeaderInTime => {
+                tracing::info!("not leader within --wait: exiting without running the command")
             }
-            return None;
-        }
-        if state.name() == StateName::Waiting {
-            tracing::error!(
+            OnceEnd::LostWhileRunning => tracing::error!(
                 "the lease was lost while the command ran; it was stopped and is not run again"
-            );
-            return Some(1);
+            ),
         }
-        None
     }
 }
 

@@ -182,7 +182,7 @@ fn run_once_gives_up_at_the_deadline_only_after_a_real_try_and_fails_a_lost_run(
         let mut once = Once::new(at(0), wait);
         once.answered = *answered;
         once.started = *started;
-        let got = once.verdict(state, *shutdown, *now);
+        let got = once.verdict(state, *shutdown, *now).map(OnceEnd::code);
         assert_eq!(got, *want, "row {i}: {state:?}");
     }
 }

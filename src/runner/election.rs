@@ -389,8 +389,9 @@ impl<'c> Runner<'c> {
             drop(self.ops.send(op));
         }
         let once = self.once.as_ref();
-        if let Some(code) = once.and_then(|o| o.verdict(&self.state, self.shutdown_seen, now)) {
-            self.exit_code = Some(code);
+        if let Some(end) = once.and_then(|o| o.verdict(&self.state, self.shutdown_seen, now)) {
+            end.log();
+            self.exit_code = Some(end.code());
             self.shutdown.cancel();
             self.once = None;
         }
