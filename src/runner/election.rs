@@ -206,7 +206,7 @@ impl<'c> Runner<'c> {
             shutdown: !self.shutdown_seen,
             register: self
                 .registration
-                .due(healthy, self.state.leading().is_some())
+                .due(healthy, self.state.leading().is_some(), now)
                 .filter(|_| !self.shutdown_seen),
             handover: self.handover.at(),
             once: self.once.as_ref().and_then(|o| o.wake(now)),
@@ -241,9 +241,12 @@ impl<'c> Runner<'c> {
             }
             Input::Registered(result) => {
                 let leading = self.state.leading().is_some();
-                let records =
-                    self.registration
-                        .answered(result, leading, &self.status, &self.metrics)?;
+                let records = self.registration.answered(
+                    result,
+                    (leading, now),
+                    &self.status,
+                    &self.metrics,
+                )?;
                 let leading = self.state.leading().map(|l| l.fencing_token);
                 let verdict = self.succession.judge(&records, leading, now);
                 self.outranked = verdict.outranked;

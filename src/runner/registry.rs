@@ -99,8 +99,13 @@ impl Registration {
     }
 
     /// When to write or read next (`None`: a write is out).
-    pub(super) fn due(&self, healthy: Option<bool>, leading: bool) -> Option<Instant> {
-        let write = self.write_at(healthy, leading, Instant::now())?;
+    pub(super) fn due(
+        &self,
+        healthy: Option<bool>,
+        leading: bool,
+        now: Instant,
+    ) -> Option<Instant> {
+        let write = self.write_at(healthy, leading, now)?;
         Some(self.look(leading).map_or(write, |look| look.min(write)))
     }
 
@@ -196,13 +201,13 @@ impl Registration {
     pub(super) fn answered(
         &mut self,
         answer: Registered,
-        leading: bool,
+        (leading, now): (bool, Instant),
         status: &watch::Sender<Snapshot>,
         metrics: &Metrics,
     ) -> Option<Vec<Record>> {
         let Registered { result, wrote } = answer;
         // The leader reads again a renew interval after any answer.
-        self.look_at = leading.then(|| Instant::now() + self.timing.registry_look());
+        self.look_at = leading.then(|| now + self.timing.registry_look());
         if wrote {
             let wait = match &result {
                 Err(e) if e.needs_a_person() => self.refused,
@@ -216,7 +221,7 @@ impl Registration {
                 _ if std::mem::take(&mut self.again) => Duration::ZERO,
                 _ => spread(self.timing.registry_heartbeat),
             };
-            self.next = Some(Instant::now() + wait);
+            self.next = Some(now + wait);
         } else {
             self.reading = false;
         }
@@ -270,11 +275,6 @@ mod tests {
         }
     }
 
-    /// `at` is `want`, give or take the test's own run time.
-    fn near(at: Option<Instant>, want: Instant) -> bool {
-        at.is_some_and(|at| at >= want && at < want + Duration::from_secs(1))
-    }
-
     /// The schedule (issue #47): a write at start and whenever the record
     /// changes, else one per heartbeat; while leading, a read every renew
     /// interval in between; a standby reads nothing on its own.
@@ -286,36 +286,53 @@ mod tests {
         let mut r = Registration::new("me", Priority::default(), timing);
         let t0 = Instant::now();
         assert!(matches!(r.take_due(None, false, t0), Some(Due::Write(_))));
-        assert_eq!(r.due(None, false), None, "nothing while a write is out");
-        r.answered(answer(), false, &status, &metrics);
+        assert_eq!(r.due(None, false, t0), None, "nothing while a write is out");
+        r.answered(answer(), (false, t0), &status, &metrics);
         // A standby: the heartbeat (and up to a quarter more), nothing before.
-        let due = r.due(None, false).expect("a write is due");
+        let due = r.due(None, false, t0).expect("a write is due");
         let beat = timing.registry_heartbeat;
-        assert!(due >= t0 + beat && due <= t0 + beat * 5 / 4 + Duration::from_secs(1));
+        assert!(due >= t0 + beat && due <= t0 + beat * 5 / 4);
         assert!(
             r.take_due(None, false, t0 + Duration::from_secs(60))
                 .is_none()
         );
         // Its term begins: written at once, then read every renew interval.
-        let now = Instant::now();
+        let now = t0 + Duration::from_secs(70);
         let Some(Due::Write(me)) = r.take_due(None, true, now) else {
             panic!("a term's start is written at once");
         };
         assert!(me.leads);
-        r.answered(answer(), true, &status, &metrics);
-        let look = r.due(None, true);
-        assert!(near(look, now + timing.renew_interval));
+        r.answered(answer(), (true, now), &status, &metrics);
+        let look = r.due(None, true, now);
+        assert_eq!(look, Some(now + timing.renew_interval));
         let look = look.expect("a read is due");
         assert!(matches!(r.take_due(None, true, look), Some(Due::Read)));
         assert!(
-            r.due(None, true)
+            r.due(None, true, look)
                 .is_some_and(|d| d >= now + timing.registry_heartbeat),
             "no second read while one is out"
         );
         // A health change is written at once.
+        assert_eq!(r.due(Some(false), true, look), Some(look));
+        // A failed write is tried again within a retry interval (and a
+        // quarter), not a heartbeat later.
+        let failed = Registered {
+            result: Err(crate::lease::Error::Connection {
+                backend: "x".into(),
+                detail: "refused".into(),
+            }),
+            wrote: true,
+        };
+        assert!(matches!(
+            r.take_due(Some(false), true, look),
+            Some(Due::Write(_))
+        ));
+        r.answered(failed, (true, look), &status, &metrics);
+        let retry = r.due(Some(false), true, look).expect("a retry is due");
         assert!(
-            r.due(Some(false), true)
-                .is_some_and(|d| d <= Instant::now())
+            retry <= look + timing.retry_interval * 5 / 4,
+            "{:?}",
+            retry - look
         );
     }
 }
