@@ -3,7 +3,9 @@
 //! since when it runs — that expires like a lease unless it is written again,
 //! so candidates, `status` and `/leader` know who stands by. Pure: the
 //! record, the priority and the order candidates would lead in; each backend
-//! stores records its own way ([`super::LeaseBackend::register`]).
+//! stores records its own way ([`super::LeaseBackend::register`]); those
+//! that stamp a record with its expiry on the writer's wall clock (the lock
+//! file, etcd, Kubernetes) judge it with [`Stamp`].
 
 pub use crate::priority::Priority;
 use serde::{Deserialize, Serialize};
@@ -102,9 +104,67 @@ pub fn parse_all<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Vec<Record> 
         .collect()
 }
 
+/// A record's expiry on the writers' wall clock, in ms since the Unix
+/// epoch: the registries whose store has no expiry of its own (the lock
+/// file, etcd's keys, the Kubernetes object's annotations) stamp each
+/// record with it, and judge it by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp(pub u64);
+
+/// Where a stamped record stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Age {
+    /// Before its expiry: listed.
+    Live,
+    /// Past it, but within the slack: not listed, not yet removed (the
+    /// clocks of two writers may disagree by that much).
+    Lapsed,
+    /// Past its expiry by more than the slack: its candidate is gone, and
+    /// any writer may remove it.
+    Gone,
+}
+
+impl Stamp {
+    /// The wall clock now.
+    pub fn now() -> Stamp {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Stamp(ms)
+    }
+
+    /// A record written at `self` that lapses after `lapse`
+    /// ([`crate::timing::Timing::registry_lapse`]).
+    pub fn plus(self, lapse: std::time::Duration) -> Stamp {
+        Stamp(self.0 + lapse.as_millis() as u64)
+    }
+
+    /// Where a record expiring at `self` stands at `now`, with `slack`.
+    pub fn age(self, slack: std::time::Duration, now: Stamp) -> Age {
+        if self.0 > now.0 {
+            Age::Live
+        } else if self.plus(slack).0 < now.0 {
+            Age::Gone
+        } else {
+            Age::Lapsed
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stamp_is_live_before_its_expiry_lapsed_within_the_slack_and_gone_after() {
+        let slack = std::time::Duration::from_millis(100);
+        let expiry = Stamp(1_000);
+        assert_eq!(expiry.age(slack, Stamp(999)), Age::Live);
+        assert_eq!(expiry.age(slack, Stamp(1_000)), Age::Lapsed);
+        assert_eq!(expiry.age(slack, Stamp(1_100)), Age::Lapsed);
+        assert_eq!(expiry.age(slack, Stamp(1_101)), Age::Gone);
+        assert_eq!(Stamp(5).plus(slack), Stamp(105));
+    }
 
     fn p(text: &str) -> Priority {
         Priority::parse(text).unwrap()

@@ -8,9 +8,9 @@
 
 use super::client::{Client, b64, unb64};
 use crate::lease::contract::Error;
-use crate::lease::registry::{Record, parse_all};
+use crate::lease::registry::{Age, Record, Stamp, parse_all};
 use serde_json::{Value, json};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 pub(super) struct Registry {
     prefix: String,
@@ -25,12 +25,6 @@ pub(super) struct Registry {
 struct Entry {
     r: String,
     x: u64,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Registry {
@@ -66,7 +60,7 @@ impl Registry {
             Some(record) => {
                 let entry = Entry {
                     r: serde_json::to_string(record).expect("a record always serialises"),
-                    x: now_ms() + self.ttl.as_millis() as u64,
+                    x: Stamp::now().plus(self.ttl).0,
                 };
                 let value = serde_json::to_string(&entry).expect("an entry always serialises");
                 json!({ "request_put": { "key": key, "value": b64(value.as_bytes()) } })
@@ -91,17 +85,19 @@ impl Registry {
 
     /// The live records among `kvs`; remembers the long-expired others.
     fn live(&mut self, kvs: &Value) -> Vec<Record> {
-        let now = now_ms();
-        let slack = self.ttl.as_millis() as u64;
+        let now = Stamp::now();
         self.stale.clear();
         let mut texts = Vec::new();
         for kv in kvs.as_array().into_iter().flatten() {
             let key =
                 String::from_utf8_lossy(&unb64(kv["key"].as_str().unwrap_or(""))).into_owned();
             let value = unb64(kv["value"].as_str().unwrap_or(""));
-            match serde_json::from_slice::<Entry>(&value) {
-                Ok(e) if e.x > now => texts.push(e.r),
-                Ok(e) if e.x + slack < now && key != self.mine => self.stale.push(key),
+            let Ok(e) = serde_json::from_slice::<Entry>(&value) else {
+                continue;
+            };
+            match Stamp(e.x).age(self.ttl, now) {
+                Age::Live => texts.push(e.r),
+                Age::Gone if key != self.mine => self.stale.push(key),
                 _ => {}
             }
         }

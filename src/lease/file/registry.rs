@@ -4,13 +4,13 @@
 //! registration. Opened like the lock file: never through a symlink,
 //! created 0600, refused when another user owns it ([`crate::private`]).
 
-use crate::lease::registry::{Record, parse_all};
+use crate::lease::registry::{Age, Record, Stamp, parse_all};
 use crate::private;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Entry {
@@ -22,12 +22,6 @@ pub(super) fn path_for(lock: &Path) -> PathBuf {
     let mut name = lock.as_os_str().to_owned();
     name.push(".candidates");
     PathBuf::from(name)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Writes (or, with `None`, removes) `id`'s record and returns the live ones.
@@ -68,14 +62,14 @@ fn rewrite(
     let mut text = String::new();
     file.read_to_string(&mut text)
         .map_err(|e| format!("cannot read it: {e}"))?;
-    let now = now_ms();
+    let now = Stamp::now();
     let mut entries: BTreeMap<String, Entry> = serde_json::from_str(&text).unwrap_or_default();
-    entries.retain(|_, e| e.x > now);
+    entries.retain(|_, e| Stamp(e.x).age(Duration::ZERO, now) == Age::Live);
     if write {
         entries.remove(id);
         if let Some(record) = me {
             let r = serde_json::to_string(record).expect("a record always serialises");
-            let x = now + ttl.as_millis() as u64;
+            let x = now.plus(ttl).0;
             entries.insert(id.to_string(), Entry { r, x });
         }
         let json = serde_json::to_string(&entries).expect("entries always serialise");

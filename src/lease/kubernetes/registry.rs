@@ -16,13 +16,13 @@
 
 use super::client::{Client, Failure};
 use crate::lease::contract::Error;
-use crate::lease::registry::{Record, parse_all};
+use crate::lease::registry::{Age, Record, Stamp, parse_all};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
 use sha2::Digest;
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 const PREFIX: &str = "leaderd.io/candidate.";
 /// Conflicts a registration rides out (a create racing another's).
@@ -42,12 +42,6 @@ struct Entry {
     x: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     t: Option<u64>,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The annotation key of candidate `id`: the id itself where an annotation
@@ -100,7 +94,7 @@ impl Registry {
             Some(record) => {
                 let entry = Entry {
                     r: record.clone(),
-                    x: now_ms() + self.ttl.as_millis() as u64,
+                    x: Stamp::now().plus(self.ttl).0,
                     t: leads,
                 };
                 Value::String(serde_json::to_string(&entry).expect("an entry serialises"))
@@ -153,11 +147,10 @@ impl Registry {
     /// An entry that says it leads is dropped only by a candidate that
     /// leads (`leading`): it is an older term's.
     async fn prune(&self, client: &mut Client, seen: &Lease, leading: bool) {
-        let slack = self.ttl.as_millis() as u64;
-        let now = now_ms();
+        let now = Stamp::now();
         let dead: Map<String, Value> = entries(seen)
             .into_iter()
-            .filter(|(k, e)| *k != self.key && e.x + slack < now && (e.t.is_none() || leading))
+            .filter(|(k, e)| *k != self.key && gone(e, self.ttl, now) && (e.t.is_none() || leading))
             .map(|(k, _)| (k, Value::Null))
             .collect();
         if dead.is_empty() {
@@ -196,12 +189,17 @@ impl Registry {
     }
 }
 
+/// Whether `entry` is past its expiry by more than `slack`.
+fn gone(entry: &Entry, slack: Duration, now: Stamp) -> bool {
+    Stamp(entry.x).age(slack, now) == Age::Gone
+}
+
 /// Every record of the object whose expiry has not passed.
 fn live(lease: &Lease) -> Vec<Record> {
-    let now = now_ms();
+    let now = Stamp::now();
     let texts: Vec<String> = entries(lease)
         .values()
-        .filter(|e| e.x > now)
+        .filter(|e| Stamp(e.x).age(Duration::ZERO, now) == Age::Live)
         .filter_map(|e| serde_json::to_string(&e.r).ok())
         .collect();
     parse_all(texts.iter().map(String::as_bytes))
