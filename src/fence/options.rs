@@ -149,6 +149,12 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Option<FenceConfig>, ConfigError> {
                 value: urls.value.remove(0),
                 origin: urls.origin,
             };
+            if url.value.gives_mode() {
+                return Err(ConfigError(format!(
+                    "{}: ?mode= chooses how leaderd's own lease is held, and means nothing for the fenced database; remove it from the fence's URL",
+                    url.origin
+                )));
+            }
             x.note(
                 "fence.postgres_url",
                 format!("{:?}", url.value.redacted()),

@@ -94,7 +94,7 @@ impl PgLease {
             return Err(Error::NotSetUp {
                 backend: self.shown.clone(),
                 detail: format!(
-                    "advisory mode needs PostgreSQL 14 or later (idle_session_timeout, which frees the lock of a silent holder); this server is {}; use table mode (drop ?mode=advisory)",
+                    "advisory mode needs PostgreSQL 14 or later (idle_session_timeout, which frees the lock of a silent holder); this server is {}; use table mode (--postgres-mode table)",
                     facts.version
                 ),
             });
@@ -102,7 +102,7 @@ impl PgLease {
         if advisory::pooled(&self.pg, &self.shown).await? {
             return Err(Error::WrongKind {
                 backend: self.shown.clone(),
-                detail: "advisory mode needs a session of its own, and a transaction pooler (PgBouncer pool_mode = transaction, or similar) is in the path: two candidates could share one server session and both hold the lock. Use table mode (drop ?mode=advisory), which works through poolers, or connect to the server directly".into(),
+                detail: "advisory mode needs a session of its own, and a transaction pooler (PgBouncer pool_mode = transaction, or similar) is in the path: two candidates could share one server session and both hold the lock. Use table mode (--postgres-mode table), which works through poolers, or connect to the server directly".into(),
             });
         }
         Ok(vec![format!(

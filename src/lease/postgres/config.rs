@@ -119,6 +119,14 @@ pub struct PgUrl {
     sslkey: Option<String>,
 }
 
+impl PgUrl {
+    /// Whether the URL carries leaderd's `?mode=`, which only the lease's
+    /// URL may (and only until the form is gone).
+    pub fn gives_mode(&self) -> bool {
+        self.mode.is_some()
+    }
+}
+
 impl fmt::Debug for PgUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted)
@@ -253,7 +261,7 @@ pub const POSTGRES: Spec = spec(
 .value("URL")
 .under(BACKEND)
 .secret()
-.help("PostgreSQL URL, postgres://user:pass@host[,host2][:port]/db?sslmode=…&target_session_attrs=read-write (?mode=advisory for session advisory locks; or in a file: LEADERD_POSTGRES_URL_FILE, postgres.url_file)");
+.help("PostgreSQL URL, postgres://user:pass@host[,host2][:port]/db?sslmode=…&target_session_attrs=read-write (or in a file: LEADERD_POSTGRES_URL_FILE, postgres.url_file); the mode is --postgres-mode");
 
 pub const POSTGRES_URL_FILE: Spec = spec(
     "postgres_url_file",
@@ -296,7 +304,7 @@ pub const POSTGRES_MODE: Spec = spec(
 )
 .value("MODE")
 .under(BACKEND)
-.help("table: a lease row judged by the server's clock (works through transaction poolers); advisory: the row plus a session advisory lock held by a dedicated session (refused behind a transaction pooler); also ?mode= in the URL")
+.help("table: a lease row judged by the server's clock (works through transaction poolers); advisory: the row plus a session advisory lock held by a dedicated session (refused behind a transaction pooler); ?mode= in the URL still works, deprecated")
 .choices(&["table", "advisory"])
 .default("table");
 
@@ -371,10 +379,17 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
             )));
         }
         (Some(given), _) => given,
-        (None, Some(in_url)) => Value {
-            value: in_url,
-            origin: url.origin.clone(),
-        },
+        (None, Some(in_url)) => {
+            x.warnings.push(format!(
+                "{}: ?mode= in the PostgreSQL URL is deprecated (the URL names a database; the mode is how the lease is held): give --postgres-mode {} (LEADERD_POSTGRES_MODE, postgres.mode) instead",
+                url.origin,
+                in_url.as_str()
+            ));
+            Value {
+                value: in_url,
+                origin: url.origin.clone(),
+            }
+        }
         (None, None) => or_default(None, PgMode::Table, ""),
     };
     x.note(
@@ -469,6 +484,32 @@ mod tests {
         assert!(!format!("{u:?}").contains("s3cret"));
         let plain = parse_postgres_url("postgres://app@127.0.0.1/jobs").unwrap();
         assert_eq!(plain.redacted(), "postgres://app@127.0.0.1/jobs");
+    }
+
+    #[test]
+    fn a_mode_in_the_url_still_works_but_says_to_give_the_option() {
+        use crate::config::tests::Case;
+        let url = "postgres://u:pw@127.0.0.1/db?mode=advisory";
+        let config = Case::new()
+            .env("LEADERD_POSTGRES_URL", url)
+            .build()
+            .unwrap();
+        let warned = config.warnings.iter().find(|w| w.contains("deprecated"));
+        let warned = warned.expect("a deprecation warning");
+        assert!(warned.contains("--postgres-mode advisory"), "{warned}");
+        let config = Case::new()
+            .env("LEADERD_POSTGRES_URL", "postgres://u:pw@127.0.0.1/db")
+            .env("LEADERD_POSTGRES_MODE", "advisory")
+            .build()
+            .unwrap();
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        // The fenced database's URL takes no mode at all.
+        let e = Case::new()
+            .env("LEADERD_REDIS_URL", "redis://127.0.0.1:6379")
+            .env("LEADERD_FENCE_POSTGRES_URL", url)
+            .err();
+        assert!(e.contains("remove it from the fence's URL"), "{e}");
+        assert!(!e.contains("pw@"), "{e}");
     }
 
     #[test]
