@@ -33,6 +33,7 @@
 pub mod admin;
 pub mod app;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod fence;
 pub mod health;

@@ -26,11 +26,11 @@ pub use options::FEATURE;
 pub use postgres::SQL as POSTGRES_SQL;
 pub use redis::{LIBRARY as REDIS_LIBRARY, eval_form as redis_eval_form};
 
+use crate::client::pem::TlsFiles;
+use crate::client::redis::urls::RedisUrl;
 use crate::config::Config;
 use crate::lease::Error;
-use crate::lease::pem::TlsFiles;
 use crate::lease::postgres::config::PgConfig;
-use crate::lease::redis::urls::RedisUrl;
 use std::time::Duration;
 
 /// The fence's settings: which resources to raise it in, under which name.

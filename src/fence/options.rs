@@ -4,11 +4,11 @@
 //! child never sees them: the worker brings its own credentials.
 
 use super::{FenceConfig, PgTarget, RedisTarget};
+use crate::client::redis::urls::{RedisUrl, parse_redis_url};
 use crate::config::options::{Spec, spec};
 use crate::config::{ConfigError, Feature, Resolving, Section, Settings, Value, or_default};
 use crate::lease::options::StoreOptions;
 use crate::lease::postgres::config::{PgConfig, parse_postgres_url};
-use crate::lease::redis::urls::{RedisUrl, parse_redis_url};
 use std::sync::Arc;
 
 const FENCE: &str = "Fencing at the resource";
@@ -181,7 +181,7 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Option<FenceConfig>, ConfigError> {
                     url.redacted()
                 )
             });
-            let tls = crate::lease::pem::files(
+            let tls = crate::client::pem::files(
                 x,
                 [
                     &FENCE_REDIS_TLS_CA,

@@ -4,8 +4,8 @@
 //! loaded, looked at, and raised by `leaderd_fence_raise`.
 
 use super::{Found, RedisTarget, newer_wrote};
+use crate::client::redis::classify::classify;
 use crate::lease::Error;
-use crate::lease::redis::classify::classify;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Value};
 use std::time::Duration;
@@ -77,7 +77,7 @@ impl RedisTarget {
     }
 
     async fn connect(&self, timeout: Duration) -> Result<MultiplexedConnection, Error> {
-        let client = crate::lease::redis::tls::client(&self.url, &self.tls).map_err(own_flags)?;
+        let client = crate::client::redis::tls::client(&self.url, &self.tls).map_err(own_flags)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));

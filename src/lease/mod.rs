@@ -41,7 +41,6 @@ pub mod heard;
 pub mod herald;
 pub mod kubernetes;
 pub mod options;
-pub(crate) mod pem;
 pub mod postgres;
 pub mod redis;
 pub mod redlock;

@@ -339,8 +339,8 @@ impl Failure {
 }
 
 fn tls_config(config: &EtcdConfig) -> Result<rustls::ClientConfig, String> {
-    let roots = crate::lease::pem::roots(config.ca.as_deref(), "the CA bundle")?;
-    let mut tls = crate::lease::pem::client_config(roots, config.client.as_ref())?;
+    let roots = crate::client::pem::roots(config.ca.as_deref(), "the CA bundle")?;
+    let mut tls = crate::client::pem::client_config(roots, config.client.as_ref())?;
     // etcd's gateway speaks HTTP/1.1 and HTTP/2; HTTP/1.1 keeps one request
     // per connection simple to time out.
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];

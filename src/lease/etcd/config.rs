@@ -218,7 +218,7 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
     let plain = endpoints.iter().find(|e| e.scheme() != "https").map(|e| {
         format!("TLS files apply to https:// endpoints, but `{e}` is http://; use https://")
     });
-    let tls = crate::lease::pem::files(x, [&ETCD_TLS_CA, &ETCD_TLS_CERT, &ETCD_TLS_KEY], plain)?;
+    let tls = crate::client::pem::files(x, [&ETCD_TLS_CA, &ETCD_TLS_CERT, &ETCD_TLS_KEY], plain)?;
     let prefix = x.r.scalar(&ETCD_PREFIX, parse_prefix)?;
     let prefix = or_default(prefix, "leaderd/".to_string(), "");
     x.note("etcd.prefix", format!("{:?}", prefix.value), &prefix.origin);

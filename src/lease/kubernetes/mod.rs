@@ -34,6 +34,7 @@ mod client;
 pub mod config;
 pub mod herald;
 mod judge;
+pub mod names;
 mod observe;
 mod record;
 mod registry;

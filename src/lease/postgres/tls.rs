@@ -23,7 +23,7 @@ pub(super) fn connector(
     let verifier: Arc<dyn ServerCertVerifier> = match tls.mode {
         SslMode::Disable | SslMode::Prefer | SslMode::Require => Arc::new(Unverified(provider)),
         SslMode::VerifyCa | SslMode::VerifyFull => {
-            let roots = Arc::new(crate::lease::pem::roots(
+            let roots = Arc::new(crate::client::pem::roots(
                 tls.roots.as_deref(),
                 "sslrootcert",
             )?);
@@ -42,7 +42,7 @@ pub(super) fn connector(
         .with_custom_certificate_verifier(verifier);
     let config = match &tls.client {
         Some((cert, key)) => {
-            let (chain, key) = crate::lease::pem::identity(cert, key).map_err(|e| {
+            let (chain, key) = crate::client::pem::identity(cert, key).map_err(|e| {
                 e.replace("the client certificate", "sslcert")
                     .replace("the client key", "sslkey")
             })?;

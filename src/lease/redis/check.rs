@@ -2,10 +2,10 @@
 //! role and replicas, whether `WAIT` can be satisfied, a cluster's state.
 
 use super::Error;
-use super::classify::{classify, connected_replicas};
-use super::link::Link;
-use super::route::Route;
-use super::urls::WaitReplicas;
+use crate::client::redis::classify::{classify, connected_replicas};
+use crate::client::redis::link::Link;
+use crate::client::redis::route::Route;
+use crate::client::redis::urls::WaitReplicas;
 use redis::Value;
 use tokio::time::Instant;
 

@@ -3,7 +3,7 @@
 //! into [`RedisConfig`] or [`RedlockConfig`], with `check`'s printout of
 //! them.
 
-use super::urls::{RedisUrl, WaitReplicas, parse_redis_url, parse_wait_replicas};
+use crate::client::redis::urls::{RedisUrl, WaitReplicas, parse_redis_url, parse_wait_replicas};
 use crate::config::options::{BACKEND, Commas, Spec, spec};
 use crate::config::{
     ConfigError, Declared, Origin, Resolving, Secret, or_default, positive, show_duration as show,
@@ -130,7 +130,7 @@ pub const DECLARED: Declared = Declared {
 };
 
 /// Redis's TLS files (for `rediss://`).
-pub type RedisTls = crate::lease::pem::TlsFiles;
+pub type RedisTls = crate::client::pem::TlsFiles;
 
 /// One Redis server, or its Sentinel or Cluster deployment.
 #[derive(Debug, Clone)]
@@ -289,7 +289,7 @@ fn tls(x: &mut Resolving<'_>, urls: &[RedisUrl]) -> Result<RedisTls, ConfigError
             u.redacted()
         )
     });
-    crate::lease::pem::files(x, [&REDIS_TLS_CA, &REDIS_TLS_CERT, &REDIS_TLS_KEY], plain)
+    crate::client::pem::files(x, [&REDIS_TLS_CA, &REDIS_TLS_CERT, &REDIS_TLS_KEY], plain)
 }
 
 /// `--redis-wait-replicas`: how many replicas must acknowledge each lease

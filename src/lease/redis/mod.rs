@@ -7,41 +7,32 @@
 //! under one overall timeout.
 
 mod check;
-pub(crate) mod classify;
-mod cluster;
 pub mod config;
 #[cfg(test)]
 mod config_tests;
-pub(crate) mod dial;
 pub mod keys;
-pub(crate) mod link;
 pub mod registry;
 pub mod renewals;
-pub(crate) mod restarts;
-pub(crate) mod route;
 pub(crate) mod script;
-mod sentinel;
-pub(crate) mod tls;
-pub mod urls;
 pub mod wake;
 
 use super::contract::{
     Acquire, BackendEntry, Common, Error, Holder, LeaseBackend, Peek, Renew, new_token,
 };
+use crate::client::redis::classify::classify;
+use crate::client::redis::link::Link;
+use crate::client::redis::urls::{RedisUrl, WaitReplicas};
 use crate::config::Backend;
 use crate::lease::contract::Wakeups;
 use crate::lease::contract::open_as;
 use crate::lease::registry::{Record, entry};
-use classify::classify;
 use config::RedisConfig;
 use keys::{Keys, blocked, blocked_error, keys};
-use link::Link;
 use redis::Value;
 use script::{Reply, Scripts, eval, parse_reply, unexpected};
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use urls::{RedisUrl, WaitReplicas};
 
 pub struct RedisLease {
     link: Link,
@@ -96,9 +87,16 @@ impl RedisLease {
             sentinel_password,
         } = config;
         // Under Sentinel and Cluster the node is found at the first operation.
-        let route = route::Route::open(url, tls, &keys(&common.key).lease, sentinel_password)?;
+        let route = crate::client::redis::route::Route::open(
+            url,
+            tls,
+            &keys(&common.key).lease,
+            sentinel_password,
+        )?;
         let client = match route {
-            route::Route::Direct => Some(tls::client(url, tls)?),
+            crate::client::redis::route::Route::Direct => {
+                Some(crate::client::redis::tls::client(url, tls)?)
+            }
             _ => None,
         };
         let mut lease = Self::new(
@@ -137,7 +135,7 @@ impl RedisLease {
         RedisLease {
             link: Link {
                 target: tokio::sync::watch::Sender::new(client),
-                route: route::Route::Direct,
+                route: crate::client::redis::route::Route::Direct,
                 master: None,
                 preload: scripts.sources.clone(),
                 conn: None,
@@ -434,8 +432,10 @@ impl LeaseBackend for RedisLease {
             .await
             .map_err(|e| classify(e, &scratch.link.url, scratch.link.timeout))?;
         let mut lines = Vec::new();
-        if !matches!(scratch.link.route, route::Route::Direct)
-            || scratch.link.wait != WaitReplicas::Count(0)
+        if !matches!(
+            scratch.link.route,
+            crate::client::redis::route::Route::Direct
+        ) || scratch.link.wait != WaitReplicas::Count(0)
         {
             lines.extend(scratch.link.report().await?);
         }
@@ -446,7 +446,7 @@ impl LeaseBackend for RedisLease {
             && url.sentinel().is_none()
             && url.cluster().is_none()
         {
-            lines.extend(tls::report(url, tls, *timeout).await?);
+            lines.extend(crate::client::redis::tls::report(url, tls, *timeout).await?);
         }
         lines.push(format!(
                 "acquire, renew, release and the wait for wake-ups run as the configured user (scratch key {})",

@@ -66,7 +66,11 @@ async fn listen(s: &mut Source) -> Result<Watch, Failed> {
             return Ok(Watch::Stop); // the lease side is gone: shutting down
         }
     };
-    let classify = |e| Failed::from(super::classify::classify(e, &s.shown, s.timeout));
+    let classify = |e| {
+        Failed::from(crate::client::redis::classify::classify(
+            e, &s.shown, s.timeout,
+        ))
+    };
     let connect = client.get_async_pubsub();
     let mut pubsub = tokio::time::timeout(s.timeout, connect)
         .await

@@ -176,5 +176,5 @@ async fn listen(
 /// A Redis error as a watch failure: a refused password or permission is
 /// the lease's back-off too, not the retry interval.
 fn refusal(e: redis::RedisError, source: &WakeQueue) -> Failed {
-    super::classify::classify(e, &source.shown, source.timeout).into()
+    crate::client::redis::classify::classify(e, &source.shown, source.timeout).into()
 }

@@ -8,10 +8,11 @@
 
 use super::Redlock;
 use super::enough::Until;
+use crate::client::redis::classify::classify;
+use crate::client::redis::tls;
 use crate::lease::contract::LeaseBackend;
 use crate::lease::contract::{Acquire, Error, new_token};
-use crate::lease::redis::classify::classify;
-use crate::lease::redis::{tls, wake};
+use crate::lease::redis::wake;
 
 /// How long a probe key lives if leaderd dies before deleting it.
 const PROBE_TTL_MS: u64 = 30_000;

@@ -15,9 +15,9 @@
 //! operation was already decided without it, and a queue behind a frozen
 //! master must not grow. Releases are always sent.
 
+use crate::client::redis::link::Link;
+use crate::client::redis::restarts::Started;
 use crate::lease::contract::Error;
-use crate::lease::redis::link::Link;
-use crate::lease::redis::restarts::Started;
 use redis::{Cmd, Value};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};

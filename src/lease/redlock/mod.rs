@@ -28,17 +28,18 @@ mod enough;
 mod master;
 mod tally;
 
+use crate::client::redis::link::Link;
+use crate::client::redis::restarts::Started;
+use crate::client::redis::urls::{RedisUrl, WaitReplicas};
+use crate::client::redis::{route, tls};
 use crate::lease::contract::Wakeups;
 use crate::lease::contract::{
     Acquire, BackendEntry, Common, Error, LeaseBackend, Nodes, Peek, Renew, open_as,
 };
 use crate::lease::redis::config::{RedisTls, RedlockConfig};
 use crate::lease::redis::keys::{Keys, blocked, keys};
-use crate::lease::redis::link::Link;
-use crate::lease::redis::restarts::Started;
 use crate::lease::redis::script::{Reply, Scripts, eval, parse_reply};
-use crate::lease::redis::urls::{RedisUrl, WaitReplicas};
-use crate::lease::redis::{registry, route, tls, wake};
+use crate::lease::redis::{registry, wake};
 use crate::lease::registry::Record;
 use crate::timing::Timing;
 use enough::Until;

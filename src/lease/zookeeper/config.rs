@@ -295,7 +295,7 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Backend, ConfigError> {
         (None, None) => None,
     };
     let timeout = x.store_timeout(&ZOOKEEPER_TIMEOUT)?;
-    let files = crate::lease::pem::files(
+    let files = crate::client::pem::files(
         x,
         [&ZOOKEEPER_TLS_CA, &ZOOKEEPER_TLS_CERT, &ZOOKEEPER_TLS_KEY],
         None,

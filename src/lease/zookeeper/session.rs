@@ -290,12 +290,12 @@ fn tls_options(tls: &super::config::ZkTls) -> Result<zookeeper_client::TlsOption
 /// retry fixes.
 async fn handshake_refused(config: &ZkConfig) -> Option<String> {
     let tls = config.tls.as_ref()?;
-    let roots = crate::lease::pem::roots(Some(tls.ca.as_bytes()), "the CA bundle").ok()?;
+    let roots = crate::client::pem::roots(Some(tls.ca.as_bytes()), "the CA bundle").ok()?;
     let client = tls
         .client
         .as_ref()
         .map(|(cert, key)| (cert.clone().into_bytes(), key.clone()));
-    let tls_config = crate::lease::pem::client_config(roots, client.as_ref()).ok()?;
+    let tls_config = crate::client::pem::client_config(roots, client.as_ref()).ok()?;
     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls_config));
     for (host, port) in &config.connect.hosts {
         let connect = tokio::net::TcpStream::connect((host.as_str(), *port));

@@ -947,7 +947,7 @@ pub struct KubeScene {
 
 /// The Lease a test key elects with (the key as a Lease name).
 pub fn lease_name(key: &str) -> String {
-    leaderd::lease::kubernetes::config::name_from_key(key).expect("a test key maps to a name")
+    leaderd::lease::kubernetes::names::name_from_key(key).expect("a test key maps to a name")
 }
 
 impl KubeScene {

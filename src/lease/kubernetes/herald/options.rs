@@ -3,7 +3,7 @@
 //! follows the leader (`--kubernetes-service`, its ports and the pod's
 //! address) and the Events on the Lease (`--kubernetes-events`).
 
-use super::super::config::parse_label;
+use super::super::names::parse_label;
 use crate::config::options::{BACKEND, Commas, Spec, spec};
 use crate::config::{ConfigError, Origin, Resolving, Value, or_default};
 use std::net::IpAddr;

@@ -4,7 +4,7 @@
 //! timeout, a broken connection. Pure functions of the reply, shared by
 //! the lease connection, the connecting task and the wake-up listener.
 
-use super::Error;
+use crate::lease::contract::Error;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use std::time::Duration;
 

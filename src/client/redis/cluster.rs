@@ -5,9 +5,9 @@
 //! that fails or times out (a frozen owner is replaced by its replica within
 //! the cluster's node timeout, and only a fresh look finds the new one).
 
-use super::Error;
-use super::config::RedisTls;
+use super::tls::RedisTls;
 use super::urls::ClusterUrl;
+use crate::lease::contract::Error;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use redis::aio::MultiplexedConnection;

@@ -3,12 +3,12 @@
 //! that owns the election's slot in a Cluster (asked when not known, after
 //! a `MOVED` or a failed connection).
 
-use super::Error;
 use super::cluster::Cluster;
-use super::config::RedisTls;
 use super::sentinel::Sentinels;
+use super::tls::RedisTls;
 use super::urls::RedisUrl;
 use crate::config::Secret;
+use crate::lease::contract::Error;
 use tokio::time::Instant;
 
 pub(crate) enum Route {

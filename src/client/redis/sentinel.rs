@@ -17,9 +17,9 @@
 //! whole operation, or one silent sentinel of three would stop every
 //! election while two still answer.
 
-use super::Error;
 use super::urls::SentinelUrl;
 use crate::config::Secret;
+use crate::lease::contract::Error;
 use futures_util::StreamExt;
 use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
@@ -50,7 +50,7 @@ impl Sentinels {
     /// the data nodes': a sentinel without a password refuses `AUTH`).
     pub(crate) fn new(
         url: SentinelUrl,
-        tls: &super::config::RedisTls,
+        tls: &super::tls::RedisTls,
         password: Option<&Secret>,
     ) -> Result<Self, Error> {
         let shown = format!(

@@ -4,8 +4,8 @@
 //! deadline. A value of its own, so that Redlock can run it as a task and
 //! let an operation wait for it only within its request budget.
 
-use super::Error;
 use super::classify::{classify, connected_replicas};
+use crate::lease::contract::Error;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Value};
 use std::time::Duration;

@@ -5,9 +5,13 @@
 //! Verification is never turned off: `#insecure` URLs are refused by the
 //! configuration. The handshake happens inside the connect timeout.
 
-use super::Error;
-use super::config::RedisTls;
+use crate::lease::contract::Error;
+
 use super::urls::RedisUrl;
+
+/// The TLS files a Redis connection uses: a CA bundle and a client's
+/// identity, read at start-up.
+pub type RedisTls = crate::client::pem::TlsFiles;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -136,6 +140,6 @@ pub(crate) async fn report(
 
 /// The same trust and client identity redis-rs uses for the lease.
 fn client_config(tls: &RedisTls) -> Result<rustls::ClientConfig, String> {
-    let roots = crate::lease::pem::roots(tls.ca.as_deref(), "the CA bundle")?;
-    crate::lease::pem::client_config(roots, tls.client.as_ref())
+    let roots = crate::client::pem::roots(tls.ca.as_deref(), "the CA bundle")?;
+    crate::client::pem::client_config(roots, tls.client.as_ref())
 }

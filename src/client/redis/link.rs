@@ -3,11 +3,11 @@
 //! keeps timing out replaced. Lease writes can be followed, in the same
 //! round trip, by `WAIT` for replica acknowledgements.
 
-use super::Error;
 use super::classify::{classify, cluster_redirect, connected_replicas, not_a_writable_primary};
 use super::dial::{Dial, Dialed};
 use super::route::Route;
 use super::urls::WaitReplicas;
+use crate::lease::contract::Error;
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use std::time::Duration;
