@@ -8,8 +8,10 @@
 //! is reported as.
 //!
 //! - [`redis`]: one Redis server, its Sentinel deployment or its Cluster;
+//! - [`postgres`]: a PostgreSQL database, its URL and TLS;
 //! - [`pem`]: the PEM files of every TLS client (Redis, PostgreSQL, etcd,
 //!   ZooKeeper), read at start-up.
 
 pub mod pem;
+pub mod postgres;
 pub mod redis;

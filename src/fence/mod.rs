@@ -14,9 +14,10 @@
 //! worker task: a term whose fence cannot be raised is given back, never
 //! worked (see [`crate::runner`]'s worker).
 //!
-//! The resources' connections are the backends' (`lease::postgres`'s
-//! TLS and URL handling, `lease::redis`'s dialling), so a fenced resource
-//! takes the same URLs and TLS files as a lease store.
+//! The resources' connections are the stores' clients
+//! ([`crate::client::postgres`], [`crate::client::redis`]), the ones the
+//! lease backends use too, so a fenced resource takes the same URLs and TLS
+//! files as a lease store; the fence imports no lease backend.
 
 mod options;
 mod postgres;
@@ -27,10 +28,10 @@ pub use postgres::SQL as POSTGRES_SQL;
 pub use redis::{LIBRARY as REDIS_LIBRARY, eval_form as redis_eval_form};
 
 use crate::client::pem::TlsFiles;
+use crate::client::postgres::PgConnect;
 use crate::client::redis::urls::RedisUrl;
 use crate::config::Config;
 use crate::lease::Error;
-use crate::lease::postgres::config::PgConfig;
 use std::time::Duration;
 
 /// The fence's settings: which resources to raise it in, under which name.
@@ -47,7 +48,7 @@ pub struct FenceConfig {
 /// A PostgreSQL database with `fence/postgres.sql` installed.
 #[derive(Debug, Clone)]
 pub struct PgTarget {
-    pg: PgConfig,
+    pg: PgConnect,
 }
 
 /// A Redis server (or primary) with the fence library loaded.

@@ -4,11 +4,11 @@
 //! child never sees them: the worker brings its own credentials.
 
 use super::{FenceConfig, PgTarget, RedisTarget};
+use crate::client::postgres::{PgConnect, parse_postgres_url, resolve_tls};
 use crate::client::redis::urls::{RedisUrl, parse_redis_url};
 use crate::config::options::{Spec, spec};
 use crate::config::{ConfigError, Feature, Resolving, Section, Settings, Value, or_default};
 use crate::lease::options::StoreOptions;
-use crate::lease::postgres::config::{PgConfig, parse_postgres_url};
 use std::sync::Arc;
 
 const FENCE: &str = "Fencing at the resource";
@@ -160,9 +160,13 @@ fn resolve(x: &mut Resolving<'_>) -> Result<Option<FenceConfig>, ConfigError> {
                 format!("{:?}", url.value.redacted()),
                 &url.origin,
             );
-            let tls = crate::lease::postgres::config::resolve_tls(x, &url)?;
+            let tls = resolve_tls(x, &url)?;
             Some(PgTarget {
-                pg: PgConfig::connection(url.value, tls, timeout.value),
+                pg: PgConnect {
+                    url: url.value,
+                    tls,
+                    timeout: timeout.value,
+                },
             })
         }
         None => None,

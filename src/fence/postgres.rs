@@ -4,8 +4,8 @@
 //! open between terms would only be one more to watch and re-dial.
 
 use super::{Found, PgTarget, newer_wrote};
+use crate::client::postgres::{Conn, connect};
 use crate::lease::Error;
-use crate::lease::postgres::session::{Conn, connect};
 use std::time::Duration;
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;

@@ -135,7 +135,7 @@ pub(super) async fn pooled(pg: &PgConfig, shown: &str) -> Result<bool, Error> {
     let mut verdict = Ok(false);
     for _ in 0..3 {
         verdict = probe(&a, &b, pg, shown).await;
-        let _ = tokio::time::timeout(pg.timeout, b.batch_execute("ROLLBACK")).await;
+        let _ = tokio::time::timeout(pg.connect.timeout, b.batch_execute("ROLLBACK")).await;
         if !matches!(verdict, Ok(false)) {
             break;
         }
@@ -153,7 +153,7 @@ async fn probe(
 ) -> Result<bool, Error> {
     let nonce = crate::lease::contract::new_token();
     let timed = |e| classify(&e, shown, pg);
-    let timeout = pg.timeout;
+    let timeout = pg.connect.timeout;
     let first = tokio::time::timeout(
         timeout,
         a.query_typed_one(

@@ -72,7 +72,14 @@ impl PgLease {
             .map(|(p, _)| p)
             .collect();
         if !missing.is_empty() {
-            let user = self.pg.url.connect.get_user().unwrap_or("").to_string();
+            let user = self
+                .pg
+                .connect
+                .url
+                .connect
+                .get_user()
+                .unwrap_or("")
+                .to_string();
             return Err(Error::NotSetUp {
                 backend: self.shown.clone(),
                 detail: format!(
@@ -140,7 +147,10 @@ impl PgLease {
             facts.version % 10_000,
             facts.database,
             match &facts.tls {
-                Some(version) => format!("TLS ({version}, sslmode={})", self.pg.tls.mode.as_str()),
+                Some(version) => format!(
+                    "TLS ({version}, sslmode={})",
+                    self.pg.connect.tls.mode.as_str()
+                ),
                 None => "no TLS".into(),
             }
         )];

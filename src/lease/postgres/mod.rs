@@ -17,11 +17,11 @@ mod check;
 pub mod config;
 pub(crate) mod session;
 mod sql;
-mod tls;
 mod wake;
 
+use crate::client::postgres::Conn;
 use crate::lease::contract::Wakeups;
-use session::{Conn, classify, connect, primary};
+use session::{classify, connect, primary};
 
 use crate::config::Backend;
 use crate::lease::contract::open_as;
@@ -99,7 +99,7 @@ impl PgLease {
     pub fn open(pg: &PgConfig, common: &Common) -> Result<Self, Error> {
         let shown = describe(pg);
         // Fail now on TLS material that cannot be used.
-        tls::connector(&pg.tls).map_err(|detail| Error::Tls {
+        crate::client::postgres::tls::connector(&pg.connect.tls).map_err(|detail| Error::Tls {
             backend: shown.clone(),
             detail,
             hint: "check sslrootcert, sslcert and sslkey in the PostgreSQL URL".into(),
@@ -159,7 +159,7 @@ impl PgLease {
         statement: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, Error> {
-        let timeout = self.pg.timeout;
+        let timeout = self.pg.connect.timeout;
         let shown = self.shown.clone();
         let session = self.session().await?;
         let outcome =
@@ -220,7 +220,7 @@ pub fn create_table_statement(name: &str) -> Result<String, String> {
 
 /// `PostgreSQL user@host:port/db (table T, mode M)`, without the password.
 fn describe(pg: &PgConfig) -> String {
-    let c = &pg.url.connect;
+    let c = &pg.connect.url.connect;
     let hosts: Vec<String> = c
         .get_hosts()
         .iter()

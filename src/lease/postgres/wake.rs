@@ -56,7 +56,7 @@ async fn listen(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let driver = tokio::spawn(drive(conn, tx));
     let listened = tokio::time::timeout(
-        listener.pg.timeout,
+        listener.pg.connect.timeout,
         client.batch_execute(&format!(
             "LISTEN \"{}\"; LISTEN \"{}\"",
             listener.channel, listener.renewed
@@ -73,7 +73,7 @@ async fn listen(
             driver.abort();
             return Err(crate::lease::contract::Error::Timeout {
                 backend: listener.shown.clone(),
-                timeout: listener.pg.timeout,
+                timeout: listener.pg.connect.timeout,
             });
         }
     }

@@ -4,7 +4,7 @@
 //! the chain), `verify-ca` checks the chain, `verify-full` the chain and the
 //! host name.
 
-use super::config::{PgTls, SslMode};
+use super::url::{PgTls, SslMode};
 use rustls::DigitallySignedStruct;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// The connector for tokio-postgres, and the `sslmode` it maps to there.
-pub(super) fn connector(
+pub fn connector(
     tls: &PgTls,
 ) -> Result<(MakeRustlsConnect, tokio_postgres::config::SslMode), String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -61,7 +61,7 @@ pub(super) fn connector(
 }
 
 /// What to do about a failed TLS handshake, or `None` if not about TLS.
-pub(super) fn hint(detail: &str) -> Option<&'static str> {
+pub fn hint(detail: &str) -> Option<&'static str> {
     let d = detail.to_lowercase().replace([' ', '_'], "");
     let says = |words: &[&str]| words.iter().any(|w| d.contains(w));
     Some(if says(&["unknownissuer"]) {
