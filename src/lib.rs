@@ -11,8 +11,8 @@
 //!   lease rules of [`timing`]. No I/O.
 //! - [`runner`]: the one async loop that feeds the machine events and performs
 //!   its actions against [`lease`] (the [`lease::LeaseBackend`] trait, and a
-//!   folder per backend owning its options, client, wake-ups and `check`:
-//!   `redis/` with Sentinel and Cluster, `redlock/`, `postgres/`, `etcd/`,
+//!   folder per backend owning its options, wake-ups and `check`:
+//!   `redis/`, `redlock/`, `postgres/`, `etcd/`,
 //!   `zookeeper/`, `kubernetes/` the Lease, `file/` the lock file;
 //!   [`lease::BACKENDS`] lists them; `lease::herald` what a backend announces
 //!   of each term outside leaderd, Kubernetes' Service and Events) and
@@ -20,6 +20,10 @@
 //! - [`health`]: the worker's health check, a driver whose verdicts the
 //!   runner feeds to the machine (health gating); [`priority`]: the
 //!   candidates' ranks the registry carries.
+//! - [`client`]: the stores' clients apart from any lease — Redis (with
+//!   Sentinel and Cluster) and PostgreSQL connections, PEM files, and the
+//!   [`client::Error`] every store failure is — used by the lease backends
+//!   and the fence.
 //! - [`fence`]: the shipped fences for the resources the work writes to
 //!   (`leaderd fence`), raised by `run` as each term starts.
 //! - [`private`]: local paths no other user can plant or swap (the lock

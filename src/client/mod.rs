@@ -4,7 +4,7 @@
 //! detection — and nothing of the election. The lease backends
 //! ([`crate::lease`]) and the fence ([`crate::fence`]) use them through
 //! their public surface; a client room imports nothing of a lease but the
-//! contract's error type, [`crate::lease::Error`], the one every failure
+//! contract's error type, [`crate::client::Error`], the one every failure
 //! is reported as.
 //!
 //! - [`redis`]: one Redis server, its Sentinel deployment or its Cluster;
@@ -12,6 +12,9 @@
 //! - [`pem`]: the PEM files of every TLS client (Redis, PostgreSQL, etcd,
 //!   ZooKeeper), read at start-up.
 
+mod error;
 pub mod pem;
 pub mod postgres;
 pub mod redis;
+
+pub use error::Error;

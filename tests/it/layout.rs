@@ -242,3 +242,95 @@ fn the_circle_finder_finds_a_planted_circle() {
         Some(PathBuf::from("e.rs"))
     );
 }
+
+/// The imports inside one folder of `src/` (`dir`, relative to `src/`)
+/// that run back up: from a file to its folder's `mod.rs` while `mod.rs`
+/// uses that file (the parent names `child::…`), a loop the circle finder
+/// does not see, since a parent reaches its children by their bare names.
+fn back_up(dir: &str) -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let folder = root.join(dir);
+    let parent = std::fs::read_to_string(folder.join("mod.rs")).expect("the folder's mod.rs");
+    let parent = code(&parent);
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&folder).expect("read the folder") {
+        let path = entry.expect("an entry").path();
+        let Some(name) = path.file_stem().map(|s| s.to_string_lossy().into_owned()) else {
+            continue;
+        };
+        if path.extension().is_none_or(|e| e != "rs") || name == "mod" || name.ends_with("tests") {
+            continue;
+        }
+        let uses_child = parent.contains(&format!("{name}::"));
+        let text = code(&std::fs::read_to_string(&path).expect("read a file"));
+        // `super::x` where `x` is no sibling: an item of mod.rs itself.
+        let siblings = |first: &str| {
+            folder.join(format!("{first}.rs")).exists() || folder.join(first).is_dir()
+        };
+        let to_parent = paths(&text).into_iter().any(|p| {
+            p.first().is_some_and(|s| s == "super")
+                && p.get(1).is_some_and(|s| s != "super" && !siblings(s))
+        });
+        if uses_child && to_parent {
+            found.push((format!("{dir}/{name}.rs"), format!("{dir}/mod.rs")));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Issue #49: inside the Redis lease, at most two imports run back up (11
+/// before its client moved out); the client rooms import no lease backend,
+/// and the fence uses the client rooms, not a lease backend's insides.
+#[test]
+fn the_redis_lease_keeps_its_floors_and_the_fence_and_clients_no_backend() {
+    let up = back_up("lease/redis");
+    assert!(up.len() <= 2, "imports back up in src/lease/redis: {up:?}");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let backends = [
+        "file",
+        "redis",
+        "redlock",
+        "postgres",
+        "etcd",
+        "zookeeper",
+        "kubernetes",
+    ];
+    for dir in ["fence", "client"] {
+        let mut files = BTreeMap::new();
+        modules(&root, &root.join(dir), &mut files);
+        for file in files.values() {
+            let text = code(&std::fs::read_to_string(file).expect("read a file"));
+            for path in paths(&text) {
+                let reaches = path.len() > 2
+                    && path[0] == "crate"
+                    && path[1] == "lease"
+                    && backends.contains(&path[2].as_str());
+                assert!(
+                    !reaches,
+                    "{} imports a lease backend: {}",
+                    file.display(),
+                    path.join("::")
+                );
+            }
+        }
+    }
+}
+
+/// The back-up finder is shown to find one: a planted child of the
+/// runner's folder importing an item of its mod.rs, which names it back.
+#[test]
+fn the_back_up_finder_finds_a_planted_one() {
+    // `runner/mod.rs` declares `mod worker;` and uses `worker::…`; a
+    // `super::Outputs` in worker.rs (an item of mod.rs) would run back up.
+    let text = "use super::Outputs;\nuse super::registry::Due;";
+    let names = paths(text);
+    assert!(names.iter().any(|p| p == &["super", "Outputs"]));
+    let runner = back_up("runner");
+    // worker.rs imports nothing of mod.rs today; election.rs does (Outputs,
+    // Ident), and mod.rs uses election::…: the finder reports it.
+    assert!(
+        runner.iter().any(|(from, _)| from == "runner/election.rs"),
+        "{runner:?}"
+    );
+}

@@ -8,7 +8,7 @@
 pub mod tls;
 pub mod url;
 
-use crate::lease::contract::Error;
+use crate::client::Error;
 use std::time::Duration;
 use tokio_postgres::Client;
 pub use url::{PgTls, PgUrl, SslMode, parse_postgres_url, resolve_tls};

@@ -4,7 +4,7 @@
 //! timeout, a broken connection. Pure functions of the reply, shared by
 //! the lease connection, the connecting task and the wake-up listener.
 
-use crate::lease::contract::Error;
+use crate::client::Error;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 
 use super::tls::RedisTls;
 use super::urls::ClusterUrl;
-use crate::lease::contract::Error;
+use crate::client::Error;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use redis::aio::MultiplexedConnection;

@@ -5,7 +5,7 @@
 //! let an operation wait for it only within its request budget.
 
 use super::classify::{classify, connected_replicas};
-use crate::lease::contract::Error;
+use crate::client::Error;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Value};
 use std::time::Duration;

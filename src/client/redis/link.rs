@@ -7,7 +7,7 @@ use super::classify::{classify, cluster_redirect, connected_replicas, not_a_writ
 use super::dial::{Dial, Dialed};
 use super::route::Route;
 use super::urls::WaitReplicas;
-use crate::lease::contract::Error;
+use crate::client::Error;
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use std::time::Duration;

@@ -7,8 +7,8 @@ use super::cluster::Cluster;
 use super::sentinel::Sentinels;
 use super::tls::RedisTls;
 use super::urls::RedisUrl;
+use crate::client::Error;
 use crate::config::Secret;
-use crate::lease::contract::Error;
 use tokio::time::Instant;
 
 pub(crate) enum Route {

@@ -18,8 +18,8 @@
 //! election while two still answer.
 
 use super::urls::SentinelUrl;
+use crate::client::Error;
 use crate::config::Secret;
-use crate::lease::contract::Error;
 use futures_util::StreamExt;
 use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;

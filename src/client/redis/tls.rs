@@ -5,7 +5,7 @@
 //! Verification is never turned off: `#insecure` URLs are refused by the
 //! configuration. The handshake happens inside the connect timeout.
 
-use crate::lease::contract::Error;
+use crate::client::Error;
 
 use super::urls::RedisUrl;
 

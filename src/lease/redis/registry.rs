@@ -5,8 +5,8 @@
 //! Cluster slot (the hash tag), and written with the commands leaderd's ACL
 //! already allows. Redlock keeps one on every master and reads their union.
 
-use super::Error;
 use super::script::{Scripts, eval, unexpected};
+use crate::lease::contract::Error;
 use crate::lease::registry::{Record, parse_all};
 use redis::{Cmd, Value};
 

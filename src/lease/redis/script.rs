@@ -1,7 +1,7 @@
 //! The Lua scripts every operation is (one round trip, atomic on the
 //! server), how a call to one is written, and how their replies are read.
 
-use super::Error;
+use crate::lease::contract::Error;
 use crate::lease::contract::Holder;
 use redis::{Cmd, Script, Value};
 use std::time::Duration;
