@@ -7,7 +7,7 @@ use crate::support;
 
 use std::time::Duration;
 use support::postgres::Postgres;
-use support::{Leaderd, eventually, most_alive, probe_child, the_leader};
+use support::{Leaderd, eventually, most_alive, probe_child, probe_events, the_leader};
 
 const PATIENCE: Duration = Duration::from_secs(15);
 
@@ -162,4 +162,51 @@ fn a_row_deleted_under_a_frozen_leader_never_makes_two_children() {
         a.signal("CONT");
         assert!(!beside, "{query}: b's child started while a's still ran");
     }
+}
+
+/// Found by the suite under load (issue #49): an operator's UPDATE that
+/// brings the lease row's expiry forward, but not past the holder's next
+/// renewal, was undone by that renewal, and the term went on; the contract
+/// says a write from outside ends the holder's term at once. Deterministic:
+/// at a 10 s TTL the row, two seconds shorter, is still unexpired when the
+/// holder next renews (every 3.3 s); only the renewal's check of the row's
+/// expiry against its term record's ends the term.
+#[test]
+fn an_expiry_brought_forward_from_outside_ends_the_term_at_the_next_renewal() {
+    let pg = Postgres::start();
+    let key = support::key("pg-forward");
+    let dir = support::Scratch::new(&format!("pg-forward-{}", support::os::below(1 << 30)));
+    let log = dir.join("a");
+    let url = pg.url("");
+    let probe = probe_child();
+    let node = Leaderd::run(
+        "a",
+        &[
+            "--postgres",
+            &url,
+            "--key",
+            &key,
+            "--ttl",
+            "10s",
+            "--",
+            &probe,
+            support::path_str(&log),
+        ],
+    );
+    node.wait_leading(Duration::from_secs(20));
+    let child = eventually(Duration::from_secs(20), "the child", || {
+        probe_events(&log).into_iter().find(|e| e.kind == "start")
+    });
+    pg.sql(&format!(
+        "UPDATE leaderd_lease SET expires_at = expires_at - interval '2 seconds' WHERE key = '{key}'"
+    ));
+    // Ended by the next renewal (at most a renew interval away), not by
+    // an expiry (at least 4.7 s away).
+    node.wait_log(Duration::from_secs(20), "lease lost");
+    eventually(Duration::from_secs(20), "the child to stop", || {
+        probe_events(&log)
+            .iter()
+            .any(|e| e.kind == "stop" && e.pid == child.pid)
+            .then_some(())
+    });
 }

@@ -110,16 +110,22 @@ SELECT (SELECT fence FROM won) AS won, cur.holder, cur.fence, {LEFT_MS} FROM {cu
 }
 
 /// `$1` key, `$2` ownership token, `$3` ttl in ms, `$4` the channel
-/// renewals are announced on. Extends the lease only while it is ours and
-/// has not expired, and announces it as `TOKEN TTL_MS ID_JSON` (delivered
-/// when the statement commits; standbys answer their timed looks from it,
-/// `crate::lease::heard`). Returns `renewed` (1 or 0), then the holder as
-/// it was.
+/// renewals are announced on. Extends the lease only while it is ours, has
+/// not expired, and its expiry is still the one its term record carries:
+/// both are written together by this statement, so a lease row whose
+/// expiry was brought forward from outside (an operator's UPDATE) ends the
+/// term at once, whether or not it has expired yet, as Redis's renew.lua
+/// does (100 ms of room, as there). Announces a renewal as `TOKEN TTL_MS
+/// ID_JSON` (delivered when the statement commits; standbys answer their
+/// timed looks from it, `crate::lease::heard`). Returns `renewed` (1 or
+/// 0), then the holder as it was.
 pub fn renew(table: &PgTable) -> String {
     format!(
         "WITH renewed AS (
   UPDATE {t} SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
   WHERE key = $1 AND owner = {owner} AND expires_at > clock_timestamp()
+    AND expires_at + interval '100 milliseconds' >= (SELECT expires_at FROM {t}
+      WHERE key = $1 || '#term' AND owner = {owner})
   RETURNING expires_at, fence, holder),
 term AS (
   UPDATE {t} SET expires_at = (SELECT expires_at FROM renewed)
