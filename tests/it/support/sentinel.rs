@@ -9,6 +9,12 @@ use std::time::Duration;
 
 pub const SERVICE: &str = "leaderd-svc";
 const PATIENCE: Duration = Duration::from_secs(30);
+/// How long a failover may take: the sentinels elect one of them to lead
+/// it, and an election whose votes split (more likely on a loaded machine,
+/// where their timers fire late; seen with two CPU hogs beside the suite)
+/// is tried again only after twice `failover-timeout`, 8 s here. Several
+/// such rounds fit.
+const FAILOVER_PATIENCE: Duration = Duration::from_secs(60);
 
 pub struct Sentinel {
     pub port: u16,
@@ -182,10 +188,14 @@ impl Rig {
     }
 
     pub fn await_new_master(&self, old: &(String, u16)) -> (String, u16) {
-        eventually(PATIENCE, "all sentinels to name a new master", || {
-            let named: Vec<_> = self.sentinels.iter().filter_map(Sentinel::master).collect();
-            (named.len() == 3 && named.iter().all(|n| n != old && *n == named[0]))
-                .then(|| named[0].clone())
-        })
+        eventually(
+            FAILOVER_PATIENCE,
+            "all sentinels to name a new master",
+            || {
+                let named: Vec<_> = self.sentinels.iter().filter_map(Sentinel::master).collect();
+                (named.len() == 3 && named.iter().all(|n| n != old && *n == named[0]))
+                    .then(|| named[0].clone())
+            },
+        )
     }
 }
