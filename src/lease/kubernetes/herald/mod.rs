@@ -29,6 +29,10 @@ struct Task {
     retry: Duration,
     /// What the slice should say, until it does.
     want: Option<Want>,
+    /// The term whose start was told and whose end is not yet: an end is
+    /// recorded only for it (a lease won during shutdown and given back
+    /// at once never began a term anyone was told of).
+    open: Option<u64>,
     /// What was last said about each kind of failure, so a long outage
     /// logs once rather than at every try.
     slice_failing: bool,
@@ -52,6 +56,7 @@ pub fn start(config: &KubernetesConfig, id: &str, retry: Duration) -> Option<Sta
         events: announce.events.then(|| events::Budget::new(Instant::now())),
         retry,
         want: None,
+        open: None,
         slice_failing: false,
         events_failing: false,
     };
@@ -85,9 +90,16 @@ impl Task {
 
     async fn hear(&mut self, news: News) {
         match news {
-            News::Began { token } => self.want_slice(Want::Lead(token)),
+            News::Began { token } => {
+                self.open = Some(token);
+                self.want_slice(Want::Lead(token));
+            }
             News::Ending { token } => self.want_slice(Want::Empty(token)),
-            News::Released { .. } | News::Lost { .. } => {}
+            News::Released { token } | News::Lost { token } => {
+                if self.open.take_if(|t| *t == token).is_none() {
+                    return;
+                }
+            }
         }
         // The slice first: the address matters more than the story.
         if self.want.is_some() {
