@@ -15,6 +15,10 @@ fn ranked(redis: &Redis, key: &str, id: &str, priority: &str, log: &Path) -> Lea
         &["--redis", &url, "--key", key][..],
         FAST,
         &["--priority", priority, "--handover-delay", "2s"],
+        // Records written every second, so each standby soon knows the
+        // others (at the default heartbeat a standby started a moment
+        // after another may not list it for minutes).
+        &["--registry-heartbeat", "1s"],
         &["--", &probe, path_str(log)],
     ]
     .concat();
@@ -58,8 +62,8 @@ fn a_crashed_leaders_lease_goes_to_the_higher_candidate_first() {
     // records when it writes its own, at start and every heartbeat (issue
     // #47), so lower may not see low, started a moment before it; seeing
     // one candidate above it is enough to defer at the vacancy.
-    eventually(WAIT, "both to see the leader", || {
-        all_see(&[&low, &lower], "top").then_some(())
+    eventually(WAIT, "both to see the leader, and lower to see low", || {
+        (all_see(&[&low, &lower], "top") && all_see(&[&lower], "low")).then_some(())
     });
     let killed = Instant::now();
     top.signal("KILL");

@@ -332,10 +332,19 @@ fn the_service_follows_the_leader_and_a_deposed_leader_never_rewrites_it() {
             token: *token,
         })
         .collect();
-    let got = eventually(PATIENCE, "every Event of the story", || {
+    let began = Instant::now();
+    let got = loop {
         let got = events(&kube, &lease);
-        want.iter().all(|w| got.contains(w)).then_some(got)
-    });
+        if want.iter().all(|w| got.contains(w)) {
+            break got;
+        }
+        assert!(
+            began.elapsed() < PATIENCE,
+            "the Events {:?} are missing from {got:?}",
+            want.iter().filter(|w| !got.contains(w)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
     terms_in_order(&got).unwrap();
 
     // The checkers catch what they claim: two addresses, a term begun out

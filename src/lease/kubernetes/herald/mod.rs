@@ -169,13 +169,20 @@ impl Task {
                 " ({skipped} earlier Events of this candidate left out by the rate limit)"
             ));
         }
-        let recorded = events::record(
-            &mut self.client,
-            &self.lease,
-            &self.id,
-            (reason, kind, message),
-        )
-        .await;
+        // A request that timed out (a busy API server) is tried twice more:
+        // an Event is worth a second or so of this task's time, never the
+        // election's.
+        let mut recorded = Ok(());
+        for _ in 0..3 {
+            let event = (reason, kind, message.clone());
+            recorded = events::record(&mut self.client, &self.lease, &self.id, event).await;
+            if !recorded
+                .as_ref()
+                .is_err_and(crate::lease::Error::is_transient)
+            {
+                break;
+            }
+        }
         match recorded {
             Ok(()) => self.events_failing = false,
             Err(e) => {
