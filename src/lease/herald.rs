@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -33,10 +33,20 @@ pub enum News {
     Lost { token: u64 },
 }
 
+/// A piece of news and the wall-clock moment it was told: what an
+/// announcement is stamped with, so one written late (a busy API server, a
+/// process paused mid-write) still tells when the term began or ended and
+/// sorts among the others as it happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Told {
+    pub news: News,
+    pub at: SystemTime,
+}
+
 /// The runner's and the worker's handle on a backend's herald task.
 #[derive(Clone)]
 pub struct Herald {
-    news: mpsc::UnboundedSender<News>,
+    news: mpsc::UnboundedSender<Told>,
     /// How many pieces of news were sent, and how many the task handled.
     sent: Arc<AtomicU64>,
     handled: watch::Receiver<u64>,
@@ -47,7 +57,7 @@ pub struct Herald {
 
 /// The backend's end: where news arrives and where it says it is done.
 pub struct Desk {
-    pub news: mpsc::UnboundedReceiver<News>,
+    pub news: mpsc::UnboundedReceiver<Told>,
     handled: watch::Sender<u64>,
 }
 
@@ -82,7 +92,11 @@ impl Herald {
     /// Sends `news`; never waits, never fails (a herald that stopped
     /// listening changes nothing).
     pub fn tell(&self, news: News) {
-        if self.news.send(news).is_ok() {
+        let told = Told {
+            news,
+            at: SystemTime::now(),
+        };
+        if self.news.send(told).is_ok() {
             self.sent.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -138,9 +152,12 @@ mod tests {
             started.elapsed() >= Duration::from_millis(50),
             "not bounded"
         );
-        assert_eq!(desk.news.recv().await, Some(News::Began { token: 1 }));
+        let first = desk.news.recv().await.unwrap();
+        assert_eq!(first.news, News::Began { token: 1 });
         desk.handled();
-        assert_eq!(desk.news.recv().await, Some(News::Ending { token: 1 }));
+        let second = desk.news.recv().await.unwrap();
+        assert_eq!(second.news, News::Ending { token: 1 });
+        assert!(first.at <= second.at, "told out of order");
         desk.handled();
         let started = tokio::time::Instant::now();
         herald.settle().await;

@@ -84,9 +84,25 @@ fn twenty_graceful_handovers_never_overlap() {
         .map(|i| with_child(&redis, "handovers", &format!("n{i}"), FAST, &child))
         .collect();
     for round in 0..20 {
-        let leader = eventually(Duration::from_secs(10), "a leader", || {
-            nodes.iter().position(|n| n.is_leader())
+        let (leader, token) = eventually(Duration::from_secs(10), "a leader", || {
+            nodes.iter().enumerate().find_map(|(i, n)| {
+                let (leads, body) = n.leader()?;
+                leads.then(|| (i, body["fencing_token"].to_string()))
+            })
         });
+        // Its child has started: /leader answers as the term begins, a
+        // moment before the child writes its start.
+        eventually(
+            Duration::from_secs(10),
+            "the leader's child to start",
+            || {
+                let events = probe_events(&log);
+                of_kind(&events, "start")
+                    .iter()
+                    .any(|e| e.rest.first() == Some(&token))
+                    .then_some(())
+            },
+        );
         let starts_before = of_kind(&probe_events(&log), "start").len();
         nodes[leader].signal("TERM");
         assert_eq!(

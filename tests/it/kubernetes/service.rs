@@ -159,33 +159,31 @@ struct TermEvent {
     token: u64,
 }
 
-/// The Lease's Events, in the order the API server stored them.
+/// The Lease's Events, in the order the API server lists them, as `kubectl
+/// get events` shows them: by name, which holds the moment each was told
+/// (an Event written late, by a leader paused mid-write, still sorts where
+/// its news happened).
 fn events(kube: &Kube, lease: &str) -> Vec<TermEvent> {
     let path = format!(
         "/api/v1/namespaces/{NAMESPACE}/events?fieldSelector=involvedObject.name%3D{lease}"
     );
     let list = kube.ok("GET", &path, None);
-    let mut items: Vec<(u64, TermEvent)> = list["items"]
-        .as_array()
+    let mut items: Vec<&Value> = list["items"].as_array().into_iter().flatten().collect();
+    // Sorted here too, so the story does not rest on how the server pages.
+    items.sort_by_key(|e| e["metadata"]["name"].as_str().map(String::from));
+    items
         .into_iter()
-        .flatten()
         .filter_map(|e| {
-            let rv = e["metadata"]["resourceVersion"].as_str()?.parse().ok()?;
             let message = e["message"].as_str()?;
             let token = message.split("fencing token ").nth(1)?;
             let token = token.split(')').next()?.parse().ok()?;
-            Some((
-                rv,
-                TermEvent {
-                    reason: e["reason"].as_str()?.to_string(),
-                    id: e["reportingInstance"].as_str()?.to_string(),
-                    token,
-                },
-            ))
+            Some(TermEvent {
+                reason: e["reason"].as_str()?.to_string(),
+                id: e["reportingInstance"].as_str()?.to_string(),
+                token,
+            })
         })
-        .collect();
-    items.sort_by_key(|(rv, _)| *rv);
-    items.into_iter().map(|(_, e)| e).collect()
+        .collect()
 }
 
 /// The checker of the Events' story: terms begin with strictly growing

@@ -10,7 +10,7 @@
 //! client-go's spam filter. Events over it are not sent; the next one sent
 //! says how many were left out. Recording never affects the election.
 
-use super::super::client::Client;
+use super::super::client::{Client, Failure};
 use crate::lease::contract::Error;
 use crate::lease::herald::News;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, PostParams};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 /// Events sent back to back before the budget holds them.
@@ -91,11 +91,15 @@ pub fn describe(news: News, id: &str, lease: &str) -> Option<(&'static str, &'st
 }
 
 /// Records one Event on the Lease `lease` (read first for its uid, so
-/// `kubectl describe lease` lists it).
+/// `kubectl describe lease` lists it), stamped with `at`, when the news
+/// was told: its name (client-go's form, the Lease's name and the moment
+/// in hex nanoseconds) makes the API server list a term's Events in the
+/// order they happened, however late one was written.
 pub(super) async fn record(
     client: &mut Client,
     lease: &str,
     id: &str,
+    at: SystemTime,
     (reason, kind, message): (&'static str, &'static str, String),
 ) -> Result<(), Error> {
     let found: Option<Lease> = client
@@ -105,7 +109,7 @@ pub(super) async fn record(
         })
         .await
         .map_err(|f| client.sorted(f))?;
-    let now = Timestamp::now();
+    let now = Timestamp::try_from(at).unwrap_or_else(|_| Timestamp::now());
     let event = Event {
         metadata: ObjectMeta {
             // client-go's form: the object's name and a unique suffix.
@@ -141,6 +145,11 @@ pub(super) async fn record(
         })
         .await
         .map(|_| ())
+        // The same name exists: an earlier try that timed out had landed.
+        .or_else(|f| match f {
+            Failure::Conflict => Ok(()),
+            f => Err(f),
+        })
         .map_err(|f| match client.sorted(f) {
             Error::Misconfigured { backend, detail, .. } if detail.starts_with("403") => {
                 Error::Misconfigured {

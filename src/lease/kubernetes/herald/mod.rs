@@ -13,7 +13,7 @@ pub mod service;
 
 use super::client::Client;
 use super::config::KubernetesConfig;
-use crate::lease::herald::{self, Desk, News, Started};
+use crate::lease::herald::{self, Desk, News, Started, Told};
 use options::ServiceConfig;
 use service::{Outcome, Want};
 use std::time::Duration;
@@ -82,14 +82,14 @@ impl Task {
             } else {
                 desk.news.recv().await
             };
-            let Some(news) = news else { break };
-            self.hear(news).await;
+            let Some(told) = news else { break };
+            self.hear(told).await;
             desk.handled();
         }
     }
 
-    async fn hear(&mut self, news: News) {
-        match news {
+    async fn hear(&mut self, told: Told) {
+        match told.news {
             News::Began { token } => {
                 self.open = Some(token);
                 self.want_slice(Want::Lead(token));
@@ -105,7 +105,7 @@ impl Task {
         if self.want.is_some() {
             self.write_slice().await;
         }
-        self.record(news).await;
+        self.record(told).await;
     }
 
     fn want_slice(&mut self, want: Want) {
@@ -152,7 +152,7 @@ impl Task {
         }
     }
 
-    async fn record(&mut self, news: News) {
+    async fn record(&mut self, Told { news, at }: Told) {
         let Some(budget) = &mut self.events else {
             return;
         };
@@ -169,13 +169,14 @@ impl Task {
                 " ({skipped} earlier Events of this candidate left out by the rate limit)"
             ));
         }
-        // A request that timed out (a busy API server) is tried twice more:
+        // A request that timed out (a busy API server) is tried twice more,
+        // under the same name, so one that had landed is not told twice:
         // an Event is worth a second or so of this task's time, never the
         // election's.
         let mut recorded = Ok(());
         for _ in 0..3 {
             let event = (reason, kind, message.clone());
-            recorded = events::record(&mut self.client, &self.lease, &self.id, event).await;
+            recorded = events::record(&mut self.client, &self.lease, &self.id, at, event).await;
             if !recorded
                 .as_ref()
                 .is_err_and(crate::lease::Error::is_transient)
