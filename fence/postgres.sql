@@ -1,6 +1,6 @@
--- leaderd's fence for PostgreSQL: the resource refuses a write from a
+-- leaderd's guard for PostgreSQL: the resource refuses a write from a
 -- deposed leader. Install once per database (psql -f fence/postgres.sql,
--- or `leaderd fence install` once it exists; docs/fencing.md):
+-- or `leaderd fence install postgres --apply`; docs/fencing.md):
 --
 --   leaderd_fence                      one row per election key: the
 --                                      newest fencing token that wrote

@@ -73,8 +73,9 @@ pub enum Command {
     /// lease and stay out of the election for a while (exit 0 stepping down,
     /// 3 not the leader, 1 unreachable).
     StepDown(StepDownArgs),
-    /// Install the fence in the resources the work writes to, or look at it
-    /// (docs/fencing.md).
+    /// Fencing at the resources the work writes to: install the guards
+    /// that refuse a deposed term's writes, or look at them and their
+    /// fences (docs/fencing.md).
     #[command(subcommand)]
     Fence(FenceCommand),
     /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
@@ -120,11 +121,13 @@ pub struct StepDownArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum FenceCommand {
-    /// Print the fence for a kind of resource, or install it with --apply
-    /// into the resources --fence-postgres and --fence-redis name.
+    /// Print the guard for a kind of resource (the shipped code that
+    /// refuses a deposed term's writes), or install it with --apply into
+    /// the resources --fence-postgres and --fence-redis name.
     Install(FenceInstallArgs),
     /// Tell whether each resource --fence-postgres and --fence-redis name is
-    /// fenced, and with what token (exit 0 fenced, 3 not, 1 unreachable, 2
+    /// fenced (its guard installed as shipped) and the token its fence
+    /// holds (exit 0 fenced, 3 not, 1 unreachable, 2
     /// refused credentials or TLS).
     Check(FenceCheckArgs),
 }
@@ -133,11 +136,11 @@ pub enum FenceCommand {
 pub struct FenceInstallArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// What to print: postgres (SQL), redis (a function library, Redis 7 and
+    /// The guard to print: postgres (SQL), redis (a function library, Redis 7 and
     /// Valkey) or redis-eval (the same for EVAL, older Redis); with
     /// --apply, the only kind to install.
-    #[arg(value_enum, value_name = "KIND")]
-    pub kind: Option<crate::fence::Kind>,
+    #[arg(value_enum, value_name = "GUARD")]
+    pub guard: Option<crate::fence::Guard>,
     /// Install into the configured resources instead of printing (as a
     /// role that may create a table and functions, or FUNCTION LOAD).
     #[arg(long)]

@@ -23,9 +23,10 @@
 //! - [`client`]: the stores' clients apart from any lease — Redis (with
 //!   Sentinel and Cluster) and PostgreSQL connections, PEM files, and the
 //!   [`client::Error`] every store failure is — used by the lease backends
-//!   and the fence.
-//! - [`fence`]: the shipped fences for the resources the work writes to
-//!   (`leaderd fence`), raised by `run` as each term starts.
+//!   and fencing.
+//! - [`fence`]: fencing at the resources the work writes to: the shipped
+//!   guards (`leaderd fence install|check`) and the fence each keeps,
+//!   raised by `run` as each term starts.
 //! - [`private`]: local paths no other user can plant or swap (the lock
 //!   file, the admin socket).
 //! - [`status`]: the snapshot the runner publishes; [`http`] serves it, with

@@ -79,8 +79,8 @@ fn other_command(cli: Cli, caught: Option<shutdown::Caught>) -> ExitCode {
         Command::StepDown(step) => (&step.config, &[]),
         // Printing the shipped text needs no configuration, so nothing in
         // one can stand in its way.
-        Command::Fence(FenceCommand::Install(i)) if !i.apply && i.kind.is_some() => {
-            return app::fence::print_fence(i.kind.expect("just checked"));
+        Command::Fence(FenceCommand::Install(i)) if !i.apply && i.guard.is_some() => {
+            return app::fence::print_guard(i.guard.expect("just checked"));
         }
         Command::Fence(FenceCommand::Install(i)) => (&i.config, &[]),
         Command::Fence(FenceCommand::Check(c)) => (&c.config, &[]),
@@ -110,7 +110,7 @@ fn other_command(cli: Cli, caught: Option<shutdown::Caught>) -> ExitCode {
                 Command::Check(_) => app::check(config).await,
                 Command::StepDown(s) => app::step_down(config, s.hold.as_deref(), s.to.as_deref()),
                 Command::Fence(FenceCommand::Install(i)) => {
-                    app::fence::install(config, i.kind, i.apply).await
+                    app::fence::install(config, i.guard, i.apply).await
                 }
                 Command::Fence(FenceCommand::Check(_)) => app::fence::check(config).await,
                 Command::Run(_) | Command::Completions(_) | Command::Manpage(_) => {

@@ -4,22 +4,26 @@
 
 use super::Failure;
 use crate::config::{Config, ConfigError};
-use crate::fence::{FenceConfig, Found, Kind};
+use crate::fence::{FenceConfig, Found, Guard};
 use std::process::ExitCode;
 
 /// No resource named: what to give.
 const NO_RESOURCE: &str = "no fenced resource is configured: give --fence-postgres URL or --fence-redis URL (or LEADERD_FENCE_POSTGRES_URL / LEADERD_FENCE_REDIS_URL, fence.postgres_url / fence.redis_url)";
 
-/// `leaderd fence install KIND` without `--apply`: the text, no I/O.
-pub fn print_fence(kind: Kind) -> ExitCode {
-    print!("{}", kind.text());
+/// `leaderd fence install GUARD` without `--apply`: the text, no I/O.
+pub fn print_guard(guard: Guard) -> ExitCode {
+    print!("{}", guard.text());
     ExitCode::SUCCESS
 }
 
-/// `leaderd fence install [KIND] [--apply]` with the configuration loaded:
-/// without `--apply`, prints the fence of the configured resources' kinds;
-/// with it, installs into each configured resource (only KIND's, if given).
-pub async fn install(config: Config, kind: Option<Kind>, apply: bool) -> Result<ExitCode, Failure> {
+/// `leaderd fence install [GUARD] [--apply]` with the configuration loaded:
+/// without `--apply`, prints the guards of the configured resources' kinds;
+/// with it, installs into each configured resource (only GUARD's, if given).
+pub async fn install(
+    config: Config,
+    guard: Option<Guard>,
+    apply: bool,
+) -> Result<ExitCode, Failure> {
     let fence = FenceConfig::of(&config).ok_or_else(|| {
         let what = if apply {
             NO_RESOURCE.to_string()
@@ -29,25 +33,25 @@ pub async fn install(config: Config, kind: Option<Kind>, apply: bool) -> Result<
         ConfigError(what)
     })?;
     if !apply {
-        let kinds = [
-            fence.postgres.as_ref().map(|_| Kind::Postgres),
-            fence.redis.as_ref().map(|_| Kind::Redis),
+        let guards = [
+            fence.postgres.as_ref().map(|_| Guard::Postgres),
+            fence.redis.as_ref().map(|_| Guard::Redis),
         ];
-        for kind in kinds.into_iter().flatten() {
-            print!("{}", kind.text());
+        for guard in guards.into_iter().flatten() {
+            print!("{}", guard.text());
         }
         eprintln_quiet(
-            "leaderd: printed, not installed: add --apply to install the fence into the configured resources",
+            "leaderd: printed, not installed: add --apply to install the guards into the configured resources",
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let reports = fence.install(kind).await;
+    let reports = fence.install(guard).await;
     if reports.is_empty() {
         return Err(Failure::Config(ConfigError(format!(
             "no {} resource is configured to install into; {NO_RESOURCE}",
-            kind.map_or("", |k| match k {
-                Kind::Postgres => "PostgreSQL",
-                Kind::Redis | Kind::RedisEval => "Redis",
+            guard.map_or("", |g| match g {
+                Guard::Postgres => "PostgreSQL",
+                Guard::Redis | Guard::RedisEval => "Redis",
             })
         ))));
     }
@@ -95,7 +99,7 @@ pub async fn check_lines(config: &Config) -> Result<Vec<String>, Failure> {
         match found.map_err(Failure::Backend)? {
             Found::Missing { what } => {
                 return Err(Failure::Config(ConfigError(format!(
-                    "{resource}: not fenced: {what}; `leaderd fence install --apply` (with the same options) installs it"
+                    "{resource}: not fenced: {what}; `leaderd fence install --apply` (with the same options) installs its guard"
                 ))));
             }
             found => lines.push(format!("# ok: {}", describe(&resource, &fence.key, &found))),
@@ -142,11 +146,11 @@ fn describe(resource: &str, key: &str, found: &Found) -> String {
     match found {
         Found::Fenced { token: t, what } => format!("{resource}: fenced ({what}); {}", token(*t)),
         Found::Differs { token: t, what } => format!(
-            "{resource}: fenced, but {what}; `leaderd fence install --apply` replaces it; {}",
+            "{resource}: fenced, but {what}; `leaderd fence install --apply` replaces the guard; {}",
             token(*t)
         ),
         Found::Missing { what } => format!(
-            "{resource}: not fenced: {what}; `leaderd fence install --apply` (with the same options) installs it"
+            "{resource}: not fenced: {what}; `leaderd fence install --apply` (with the same options) installs its guard"
         ),
     }
 }

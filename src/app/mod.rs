@@ -64,8 +64,9 @@ type TermExports = (
 /// it, so every start-up error `run` can meet, `check` meets first.
 struct Prepared {
     child: Option<ChildSpec>,
-    /// `/leader`'s `fence`: what the backend exports to the child.
-    fence: std::collections::BTreeMap<String, String>,
+    /// `/leader`'s `fence`: the backend's fence exports and the fence's
+    /// key, as the child has them.
+    fence_exports: std::collections::BTreeMap<String, String>,
     /// The backend's exports for each term: the runner sets them, the
     /// child and `/leader` read them.
     term_exports: TermExports,
@@ -85,13 +86,13 @@ async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Fa
     let webhooks = webhooks(config, metrics)?;
     let mut backend = backend(config)?;
     let term_exports = watch::channel(Vec::new());
-    let mut fence = backend.fence_exports();
+    let mut fence_exports = backend.fence_exports();
     if let Some(fenced) = crate::fence::FenceConfig::of(config) {
-        fence.extend(fenced.exports());
+        fence_exports.extend(fenced.exports());
     }
     if let Some(child) = &mut child {
         child.term_exports = term_exports.1.clone();
-        child.fence = fence.clone();
+        child.fence_exports = fence_exports.clone();
     }
     backend
         .preflight()
@@ -111,7 +112,7 @@ async fn prepare(config: &Config, metrics: &Arc<Metrics>) -> Result<Prepared, Fa
     };
     Ok(Prepared {
         child,
-        fence: crate::status::fence_fields(&fence),
+        fence_exports: crate::status::fence_fields(&fence_exports),
         term_exports,
         webhooks,
         backend,
@@ -130,8 +131,8 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
     let metrics = Arc::new(metrics_for(&config));
     let Prepared {
         child,
-        fence,
-        term_exports: (term_exports, term_fence),
+        fence_exports,
+        term_exports: (term_exports, term_exports_rx),
         webhooks,
         backend,
         listener,
@@ -157,8 +158,8 @@ pub async fn run(config: Config, caught: shutdown::Caught) -> Result<ExitCode, F
                 metrics: metrics.clone(),
                 stop: http_stop.clone(),
                 loopback_only: bound.is_some_and(|a| a.ip().is_loopback()),
-                fence,
-                term_fence,
+                fence_exports,
+                term_exports: term_exports_rx,
             });
             Some(tokio::spawn(http::serve(listener, app, http_stop.clone())))
         }
@@ -282,7 +283,7 @@ fn child_spec(config: &Config) -> Result<Option<ChildSpec>, Failure> {
         stop_signal: config.child.stop_signal,
         on_exit: config.child.on_exit,
         restart_limit: config.child.restart_limit,
-        fence: Vec::new(),
+        fence_exports: Vec::new(),
         term_exports: watch::channel(Vec::new()).1,
         scrub: config.child.scrub.clone(),
     }))

@@ -1,9 +1,19 @@
-//! Fencing at the resource: the shipped fences (`fence/postgres.sql`,
-//! `fence/redis.lua` and its `EVAL` form) and what leaderd itself does with
-//! them — install them (`leaderd fence install`), look at them (`leaderd
-//! fence check`), and, with `--fence-postgres` / `--fence-redis` on `run`,
-//! raise the fence to each new term's token *before* the term's work
-//! starts (docs/fencing.md).
+//! Fencing at the resource. Three words, one thing each (docs/fencing.md,
+//! "Words"):
+//! - a *fence* is one election's mark in a resource: the row of
+//!   `leaderd_fence` or the Redis key holding the newest token that wrote,
+//!   named by `--fence-key`; it is raised, never lowered;
+//! - a *guard* is the shipped code that keeps it ([`Guard`]:
+//!   `fence/postgres.sql`, `fence/redis.lua` and its `EVAL` form): it
+//!   refuses a write with an older token and raises the fence for a newer;
+//! - a backend's *fence exports* ([`crate::lease::LeaseBackend::fence_exports`])
+//!   are what a lease store that fences by itself gives the worker to
+//!   compare against; they are not this module's.
+//!
+//! What leaderd does here: install the guards (`leaderd fence install`),
+//! look at them and the fence (`leaderd fence check`), and, with
+//! `--fence-postgres` / `--fence-redis` on `run`, raise the fence to each
+//! new term's token *before* the term's work starts.
 //!
 //! Why leaderd raises it too, when every fenced write raises it anyway: a
 //! new term's worker may take a while to write for the first time, and
@@ -24,8 +34,8 @@ mod postgres;
 mod redis;
 
 pub use options::FEATURE;
-pub use postgres::SQL as POSTGRES_SQL;
-pub use redis::{LIBRARY as REDIS_LIBRARY, eval_form as redis_eval_form};
+pub use postgres::GUARD as POSTGRES_GUARD;
+pub use redis::{GUARD as REDIS_GUARD, eval_guard as redis_eval_guard};
 
 use crate::client::pem::TlsFiles;
 use crate::client::postgres::PgConnect;
@@ -45,13 +55,13 @@ pub struct FenceConfig {
     pub redis: Option<RedisTarget>,
 }
 
-/// A PostgreSQL database with `fence/postgres.sql` installed.
+/// A PostgreSQL database with its guard (`fence/postgres.sql`) installed.
 #[derive(Debug, Clone)]
 pub struct PgTarget {
     pg: PgConnect,
 }
 
-/// A Redis server (or primary) with the fence library loaded.
+/// A Redis server (or primary) with its guard library loaded.
 #[derive(Debug, Clone)]
 pub struct RedisTarget {
     url: RedisUrl,
@@ -103,14 +113,14 @@ impl FenceConfig {
         Ok(())
     }
 
-    /// Installs the fence in every configured resource (or only those of
-    /// `kind`); one report each.
-    pub async fn install(&self, kind: Option<Kind>) -> Vec<Report> {
+    /// Installs the guard in every configured resource (or only those of
+    /// `guard`'s kind); one report each.
+    pub async fn install(&self, guard: Option<Guard>) -> Vec<Report> {
         let mut reports = Vec::new();
         if let Some(pg) = self
             .postgres
             .as_ref()
-            .filter(|_| kind.is_none_or(|k| k == Kind::Postgres))
+            .filter(|_| guard.is_none_or(|g| g == Guard::Postgres))
         {
             reports.push(Report {
                 resource: pg.shown(),
@@ -120,19 +130,19 @@ impl FenceConfig {
         if let Some(redis) = self
             .redis
             .as_ref()
-            .filter(|_| kind.is_none_or(Kind::is_redis))
+            .filter(|_| guard.is_none_or(Guard::is_redis))
         {
             reports.push(Report {
                 resource: redis.shown(),
                 outcome: redis
-                    .install(self.timeout, kind == Some(Kind::RedisEval))
+                    .install(self.timeout, guard == Some(Guard::RedisEval))
                     .await,
             });
         }
         reports
     }
 
-    /// Looks at the fence in every configured resource.
+    /// Looks at the guard and the fence in every configured resource.
     pub async fn inspect(&self) -> Vec<(String, Result<Found, Error>)> {
         let mut found = Vec::new();
         if let Some(pg) = &self.postgres {
@@ -145,9 +155,9 @@ impl FenceConfig {
     }
 }
 
-/// What `leaderd fence install` prints or installs.
+/// A shipped guard: what `leaderd fence install` prints or installs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Kind {
+pub enum Guard {
     /// `fence/postgres.sql`: a table and two functions.
     Postgres,
     /// `fence/redis.lua`: a function library (Redis 7 and Valkey).
@@ -156,17 +166,17 @@ pub enum Kind {
     RedisEval,
 }
 
-impl Kind {
+impl Guard {
     fn is_redis(self) -> bool {
-        matches!(self, Kind::Redis | Kind::RedisEval)
+        matches!(self, Guard::Redis | Guard::RedisEval)
     }
 
-    /// The text `leaderd fence install KIND` prints.
+    /// The text `leaderd fence install GUARD` prints.
     pub fn text(self) -> String {
         match self {
-            Kind::Postgres => POSTGRES_SQL.to_string(),
-            Kind::Redis => REDIS_LIBRARY.to_string(),
-            Kind::RedisEval => redis_eval_form(),
+            Guard::Postgres => POSTGRES_GUARD.to_string(),
+            Guard::Redis => REDIS_GUARD.to_string(),
+            Guard::RedisEval => redis_eval_guard(),
         }
     }
 }

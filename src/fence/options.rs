@@ -1,4 +1,4 @@
-//! The fence as a feature: its rows, each declared once (flag, env, TOML
+//! Fencing as a feature: its rows, each declared once (flag, env, TOML
 //! key, default, help), and their resolution into [`FenceConfig`]; off
 //! unless a resource is named. The resources' URLs are secret rows, so the
 //! child never sees them: the worker brings its own credentials.
@@ -22,7 +22,7 @@ pub const FENCE_POSTGRES: Spec = spec(
 .value("URL")
 .under(FENCE)
 .secret()
-.help("Raise the fence in this PostgreSQL database before each term's work starts (libpq URL, sslmode=… as for --postgres; or in a file: LEADERD_FENCE_POSTGRES_URL_FILE, fence.postgres_url_file); `leaderd fence install` installs it");
+.help("Raise the fence in this PostgreSQL database to each term's token before the term's work starts (libpq URL, sslmode=… as for --postgres; or in a file: LEADERD_FENCE_POSTGRES_URL_FILE, fence.postgres_url_file); `leaderd fence install` installs its guard");
 pub const FENCE_POSTGRES_URL_FILE: Spec = spec(
     "fence_postgres_url_file",
     "",
@@ -42,7 +42,7 @@ pub const FENCE_REDIS: Spec = spec(
 .value("URL")
 .under(FENCE)
 .secret()
-.help("Raise the fence in this Redis server (redis:// or rediss://, one server or primary) before each term's work starts (or in a file: LEADERD_FENCE_REDIS_URL_FILE, fence.redis_url_file)");
+.help("Raise the fence in this Redis server (redis:// or rediss://, one server or primary) to each term's token before the term's work starts (or in a file: LEADERD_FENCE_REDIS_URL_FILE, fence.redis_url_file); `leaderd fence install` loads its guard");
 pub const FENCE_REDIS_URL_FILE: Spec = spec(
     "fence_redis_url_file",
     "",
@@ -83,7 +83,7 @@ pub const FENCE_REDIS_TLS_KEY: Spec = spec(
 pub const FENCE_KEY: Spec = spec("fence_key", "--fence-key", "LEADERD_FENCE_KEY", "fence.key")
     .value("NAME")
     .under(FENCE)
-    .help("The fence's name: the PostgreSQL row and the Redis key the workers pass as the fence (exported to the child as LEADERD_FENCE_KEY)")
+    .help("The fence's name: the PostgreSQL row and the Redis key that hold the newest token, which workers pass to the guard (exported to the child as LEADERD_FENCE_KEY)")
     .default("the election key");
 pub const FENCE_TIMEOUT: Spec = spec(
     "fence_timeout",

@@ -1,5 +1,6 @@
-//! The fence in PostgreSQL: `fence/postgres.sql` installed, looked at, and
-//! raised by `leaderd_fence_check(key, token)` in a statement of its own.
+//! Fencing in PostgreSQL: the guard `fence/postgres.sql` installed and
+//! looked at, and the fence (a row of `leaderd_fence`) raised by
+//! `leaderd_fence_check(key, token)` in a statement of its own.
 //! A connection per operation: a term starts rarely, and a connection kept
 //! open between terms would only be one more to watch and re-dial.
 
@@ -10,8 +11,8 @@ use std::time::Duration;
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
 
-/// The shipped file, as `leaderd fence install postgres` prints it.
-pub const SQL: &str = include_str!("../../fence/postgres.sql");
+/// The shipped guard, as `leaderd fence install postgres` prints it.
+pub const GUARD: &str = include_str!("../../fence/postgres.sql");
 
 /// An install may wait for locks held by running workers' transactions;
 /// longer than any statement of a term, short enough for a person.
@@ -60,7 +61,7 @@ impl PgTarget {
 
     pub(super) async fn install(&self) -> Result<String, Error> {
         let session = self.open().await?;
-        match self.bounded(INSTALL_TIMEOUT, session.client.batch_execute(SQL))
+        match self.bounded(INSTALL_TIMEOUT, session.client.batch_execute(GUARD))
             .await?
         {
             Ok(()) => Ok("installed: the table leaderd_fence, the functions leaderd_fence_check(key, token) and leaderd_fence_trigger()".into()),
@@ -167,7 +168,7 @@ impl PgTarget {
             Error::NotSetUp {
                 backend,
                 detail: format!(
-                    "the fence is not installed in this database ({message}); install it once: leaderd fence install postgres --apply --fence-postgres URL (or psql -f /usr/share/leaderd/fence/postgres.sql)"
+                    "the guard is not installed in this database ({message}); install it once: leaderd fence install postgres --apply --fence-postgres URL (or psql -f /usr/share/leaderd/fence/postgres.sql)"
                 ),
             }
         } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
@@ -215,8 +216,8 @@ fn drive(conn: Conn) -> tokio::task::JoinHandle<()> {
 /// The body of function `name` in the shipped file, as `pg_proc.prosrc`
 /// keeps it: the text between its `$$` quotes.
 fn shipped_body(name: &str) -> Option<&'static str> {
-    let start = SQL.find(&format!("FUNCTION {name}("))?;
-    let rest = &SQL[start..];
+    let start = GUARD.find(&format!("FUNCTION {name}("))?;
+    let rest = &GUARD[start..];
     let open = rest.find("$$")? + 2;
     let close = rest[open..].find("$$")?;
     Some(&rest[open..open + close])

@@ -1,7 +1,8 @@
-//! The fence in Redis: `fence/redis.lua` (a function library, Redis 7 and
-//! Valkey) and its `EVAL` form for older servers, which is generated from
-//! the library here — one text of the fence's logic, two ways to call it —
-//! loaded, looked at, and raised by `leaderd_fence_raise`.
+//! Fencing in Redis: the guard `fence/redis.lua` (a function library,
+//! Redis 7 and Valkey) and its `EVAL` form for older servers, generated
+//! from the library here — one text of the guard's logic, two ways to call
+//! it — loaded and looked at, and the fence (a key) raised by
+//! `leaderd_fence_raise`.
 
 use super::{Found, RedisTarget, newer_wrote};
 use crate::client::redis::classify::classify;
@@ -11,7 +12,7 @@ use redis::{AsyncConnectionConfig, RedisError, Value};
 use std::time::Duration;
 
 /// The shipped library, as `leaderd fence install redis` prints it.
-pub const LIBRARY: &str = include_str!("../../fence/redis.lua");
+pub const GUARD: &str = include_str!("../../fence/redis.lua");
 
 /// The library's name in `FUNCTION LIST`.
 const NAME: &str = "leaderd_fence";
@@ -56,10 +57,10 @@ return callback(KEYS, { unpack(ARGV, 2) })
 /// The library as one script for `EVAL`: its code without the `#!lua`
 /// line and the header, each function registered in a table instead, and
 /// a dispatch on the first argument.
-pub fn eval_form() -> String {
+pub fn eval_guard() -> String {
     let mut body = String::new();
     let mut header = true;
-    for line in LIBRARY.lines().skip(1) {
+    for line in GUARD.lines().skip(1) {
         if header && (line.starts_with("--") || line.trim().is_empty()) {
             continue;
         }
@@ -105,7 +106,7 @@ impl RedisTarget {
         let answer = match fcall.query_async::<Value>(&mut conn).await {
             Err(e) if lacks_functions(&e) => {
                 let mut eval = redis::cmd("EVAL");
-                eval.arg(eval_form())
+                eval.arg(eval_guard())
                     .arg(1)
                     .arg(key)
                     .arg("raise")
@@ -129,7 +130,7 @@ impl RedisTarget {
         if eval || old {
             let sha: String = redis::cmd("SCRIPT")
                 .arg("LOAD")
-                .arg(eval_form())
+                .arg(eval_guard())
                 .query_async(&mut conn)
                 .await
                 .map_err(|e| self.refusal(e, timeout))?;
@@ -145,7 +146,7 @@ impl RedisTarget {
         let name: String = redis::cmd("FUNCTION")
             .arg("LOAD")
             .arg("REPLACE")
-            .arg(LIBRARY)
+            .arg(GUARD)
             .query_async(&mut conn)
             .await
             .map_err(|e| self.refusal(e, timeout))?;
@@ -194,7 +195,7 @@ impl RedisTarget {
             None => Found::Missing {
                 what: format!("the function library {NAME} is not loaded"),
             },
-            Some(code) if code == LIBRARY => Found::Fenced {
+            Some(code) if code == GUARD => Found::Fenced {
                 token,
                 what: format!("the function library {NAME}, as this leaderd ships it"),
             },
@@ -323,13 +324,13 @@ mod tests {
 
     #[test]
     fn the_eval_form_is_the_library_registered_in_a_table() {
-        let eval = eval_form();
+        let eval = eval_guard();
         assert!(!eval.contains("#!lua"), "{eval}");
         assert!(!eval.contains("redis.register_function"), "{eval}");
         // Every function of the library is in it, once.
         for name in ["set", "hset", "del", "xadd", "call", "raise", "token"] {
             let function = format!("'leaderd_fence_{name}'");
-            assert_eq!(LIBRARY.matches(&function).count(), 1, "{name}");
+            assert_eq!(GUARD.matches(&function).count(), 1, "{name}");
             assert_eq!(eval.matches(&function).count(), 1, "{name}");
         }
     }
@@ -338,7 +339,7 @@ mod tests {
     fn the_shipped_eval_form_is_the_generated_one() {
         let shipped = include_str!("../../fence/redis-eval.lua");
         assert!(
-            shipped == eval_form(),
+            shipped == eval_guard(),
             "fence/redis-eval.lua is stale: regenerate it with `cargo run -q -- fence install redis-eval > fence/redis-eval.lua`"
         );
     }

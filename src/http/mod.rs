@@ -38,10 +38,10 @@ pub struct HttpContext {
     /// Only loopback `Host` headers are served.
     pub loopback_only: bool,
     /// What a worker fences its writes with in the store (`fence`).
-    pub fence: std::collections::BTreeMap<String, String>,
+    pub fence_exports: std::collections::BTreeMap<String, String>,
     /// The same for the current term only, shown while this candidate
     /// leads (`LeaseBackend::term_exports`).
-    pub term_fence: watch::Receiver<Vec<(&'static str, String)>>,
+    pub term_exports: watch::Receiver<Vec<(&'static str, String)>>,
 }
 
 /// The router, testable with `tower::ServiceExt::oneshot`.
@@ -109,10 +109,10 @@ pub(crate) fn view(s: &HttpContext) -> crate::status::LeaderView {
     let mut view = s.status.borrow().leader_view(&s.id, &s.key, Instant::now());
     view.backend_nodes = s.metrics.last_nodes();
     view.standby_reads = s.metrics.last_standby_reads();
-    view.fence = s.fence.clone();
+    view.fence = s.fence_exports.clone();
     if view.is_leader {
         view.fence
-            .extend(crate::status::fence_fields(&s.term_fence.borrow()));
+            .extend(crate::status::fence_fields(&s.term_exports.borrow()));
     }
     view
 }
@@ -185,12 +185,12 @@ mod tests {
             metrics: Arc::new(Metrics::new(key)),
             stop: CancellationToken::new(),
             loopback_only: true,
-            fence: crate::status::fence_fields(&[(
+            fence_exports: crate::status::fence_fields(&[(
                 "LEADERD_ETCD_LEADER_KEY",
                 format!("leaderd/{key}/leader"),
             )]),
             // Never closed: a sender dropped keeps the last value.
-            term_fence: watch::channel(vec![(
+            term_exports: watch::channel(vec![(
                 "LEADERD_ZOOKEEPER_FENCE_NODE",
                 format!("/leaderd/{key}/c-n-0000000007"),
             )])

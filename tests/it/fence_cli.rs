@@ -11,13 +11,17 @@ use support::Redis;
 use support::postgres::Postgres;
 use support::run_to_end;
 
-const SQL: &str = include_str!("../../fence/postgres.sql");
-const LIBRARY: &str = include_str!("../../fence/redis.lua");
-const EVAL: &str = include_str!("../../fence/redis-eval.lua");
+const PG_GUARD: &str = include_str!("../../fence/postgres.sql");
+const REDIS_GUARD: &str = include_str!("../../fence/redis.lua");
+const REDIS_EVAL_GUARD: &str = include_str!("../../fence/redis-eval.lua");
 
 #[test]
 fn install_prints_each_shipped_fence_as_shipped_and_asks_what_otherwise() {
-    for (kind, text) in [("postgres", SQL), ("redis", LIBRARY), ("redis-eval", EVAL)] {
+    for (kind, text) in [
+        ("postgres", PG_GUARD),
+        ("redis", REDIS_GUARD),
+        ("redis-eval", REDIS_EVAL_GUARD),
+    ] {
         let (code, out, err) = run_to_end(&["fence", "install", kind]);
         assert_eq!(code, 0, "{kind}: {err}");
         assert!(
@@ -155,7 +159,7 @@ fn redis_is_reported_unfenced_then_loaded_then_fenced_with_its_token() {
     );
 
     // A library that is not the shipped one still fences.
-    let changed = LIBRARY.replace("this worker was deposed", "deposed");
+    let changed = REDIS_GUARD.replace("this worker was deposed", "deposed");
     redis.cmd(&["FUNCTION", "LOAD", "REPLACE", &changed]);
     let (code, out, _) = on(&["fence", "check"]);
     assert_eq!(code, 0);

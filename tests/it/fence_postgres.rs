@@ -1,4 +1,4 @@
-//! The PostgreSQL fence (`fence/postgres.sql`, #40) on a real server: a
+//! The PostgreSQL guard (`fence/postgres.sql`, #40) on a real server: a
 //! deposed term's late write refused with SQLSTATE LDF01 naming both tokens
 //! (READ COMMITTED; REPEATABLE READ, where a concurrent raise shows first as
 //! 40001); a paused old transaction holding the new leader only until
@@ -14,7 +14,7 @@ use support::postgres::{PgBouncer, Postgres};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
-const FENCE: &str = include_str!("../../fence/postgres.sql");
+const GUARD: &str = include_str!("../../fence/postgres.sql");
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -28,8 +28,8 @@ fn runtime() -> tokio::runtime::Runtime {
 /// table the workers write.
 fn fenced() -> Postgres {
     let pg = Postgres::start();
-    pg.sql(FENCE);
-    pg.sql(FENCE);
+    pg.sql(GUARD);
+    pg.sql(GUARD);
     pg.sql(
         "CREATE TABLE results (id bigserial PRIMARY KEY, term bigint NOT NULL, what text NOT NULL)",
     );

@@ -1,4 +1,4 @@
-//! The Redis fence (`fence/redis.lua`, #40) on a real redis-server: loaded
+//! The Redis guard (`fence/redis.lua`, #40) on a real redis-server: loaded
 //! with `FUNCTION LOAD`, each fenced write refuses a deposed term's token
 //! with an LDF01 error naming both tokens and leaves the data as the newer
 //! term wrote it; a missing token is LDF02; the same and newer terms pass.
@@ -8,7 +8,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 use support::{Leaderd, Redis};
 
-const LIBRARY: &str = include_str!("../../fence/redis.lua");
+const GUARD: &str = include_str!("../../fence/redis.lua");
 
 fn fcall(
     redis: &Redis,
@@ -33,10 +33,10 @@ fn refused(answer: redis::RedisResult<redis::Value>, code: &str, needle: &str) {
 #[test]
 fn every_fenced_write_refuses_a_deposed_terms_token_naming_both() {
     let redis = Redis::start();
-    let loaded = redis.cmd(&["FUNCTION", "LOAD", LIBRARY]);
+    let loaded = redis.cmd(&["FUNCTION", "LOAD", GUARD]);
     assert_eq!(loaded, redis::Value::BulkString(b"leaderd_fence".to_vec()));
     // Loading again needs REPLACE, as an upgrade would.
-    redis.cmd(&["FUNCTION", "LOAD", "REPLACE", LIBRARY]);
+    redis.cmd(&["FUNCTION", "LOAD", "REPLACE", GUARD]);
     let fence = "{jobs}:fence";
     let data = "{jobs}:result";
     let older = "fencing token 5 is older than token 7 that already wrote for {jobs}:fence";

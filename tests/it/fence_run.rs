@@ -156,7 +156,7 @@ fn a_term_whose_fence_cannot_be_raised_is_given_back_and_its_work_never_starts()
     ];
     let a = Leaderd::attach("a", &http, support::spawn_with_env(&args, &env));
     let line = a.wait_log(Duration::from_secs(20), "cannot raise the fence");
-    assert!(line.contains("the fence is not installed"), "{line}");
+    assert!(line.contains("the guard is not installed"), "{line}");
     assert!(!line.contains(support::postgres::PASSWORD), "{line}");
     // Given back: the lease is vacant, nobody leads, nothing ran.
     support::eventually(

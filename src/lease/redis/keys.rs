@@ -10,7 +10,10 @@ pub struct Keys {
     /// The term record: written and renewed with the lease, deleted only by
     /// its release, so a lease deleted from outside still shows its holder.
     pub term: String,
-    pub fence: String,
+    /// The token counter: each term's fencing token comes from it. Its
+    /// key ends in `:fence`, a name kept from the data layout; it is not
+    /// a fence in a resource (`crate::fence`).
+    pub counter: String,
     /// The token of the last term its holder released (no expiry): the
     /// announcement waiters take a missing lease at once on.
     pub ended: String,
@@ -27,7 +30,7 @@ pub fn keys(key: &str) -> Keys {
     Keys {
         lease: format!("leaderd:{{{key}}}:lease"),
         term: format!("leaderd:{{{key}}}:term"),
-        fence: format!("leaderd:{{{key}}}:fence"),
+        counter: format!("leaderd:{{{key}}}:fence"),
         ended: format!("leaderd:{{{key}}}:ended"),
         wake: format!("leaderd:{{{key}}}:wake"),
         channel: format!("leaderd:{{{key}}}:released"),

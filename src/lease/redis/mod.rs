@@ -38,7 +38,7 @@ pub struct RedisLease {
     link: Link,
     lease_key: String,
     term_key: String,
-    fence_key: String,
+    counter_key: String,
     ended_key: String,
     wake_key: String,
     channel: String,
@@ -125,7 +125,7 @@ impl RedisLease {
         let Keys {
             lease: lease_key,
             term: term_key,
-            fence: fence_key,
+            counter: counter_key,
             ended: ended_key,
             wake: wake_key,
             channel,
@@ -151,7 +151,7 @@ impl RedisLease {
             },
             lease_key,
             term_key,
-            fence_key,
+            counter_key,
             ended_key,
             wake_key,
             channel,
@@ -253,7 +253,7 @@ impl LeaseBackend for RedisLease {
             &self.scripts.acquire,
             &[
                 &self.lease_key,
-                &self.fence_key,
+                &self.counter_key,
                 &self.term_key,
                 &self.ended_key,
             ],
@@ -362,7 +362,7 @@ impl LeaseBackend for RedisLease {
         let keys = [
             &*self.lease_key,
             &self.term_key,
-            &self.fence_key,
+            &self.counter_key,
             &self.ended_key,
         ];
         let call = eval(&self.scripts.peek, &keys, &[&self.ttl_ms]);
@@ -420,7 +420,7 @@ impl LeaseBackend for RedisLease {
     /// as the configured user, one short `BLPOP` on its wake list and one
     /// `SUBSCRIBE` to its renewals, so a
     /// missing ACL permission shows up now rather than at the first
-    /// election. Leaves only the scratch fence counter and its
+    /// election. Leaves only the scratch token counter and its
     /// released token (`KEY.check` keys without expiry) behind.
     async fn self_check(&mut self) -> Result<Vec<String>, Error> {
         let (config, common) = self.opened.clone().expect("opened from its settings");
@@ -465,7 +465,7 @@ mod tests {
         let k = keys("jobs");
         assert_eq!(k.lease, "leaderd:{jobs}:lease");
         assert_eq!(k.term, "leaderd:{jobs}:term");
-        assert_eq!(k.fence, "leaderd:{jobs}:fence");
+        assert_eq!(k.counter, "leaderd:{jobs}:fence");
         assert_eq!(k.ended, "leaderd:{jobs}:ended");
         assert_eq!(k.wake, "leaderd:{jobs}:wake");
         assert_eq!(k.channel, "leaderd:{jobs}:released");

@@ -54,7 +54,7 @@ impl Redlock {
             &self.scripts.acquire,
             &[
                 &self.keys.lease,
-                &self.keys.fence,
+                &self.keys.counter,
                 &self.keys.term,
                 &self.keys.ended,
             ],
@@ -125,7 +125,7 @@ impl Redlock {
         // Phase two, on the masters that are ours.
         let commit = eval(
             &self.scripts.commit,
-            &[&self.keys.lease, &self.keys.fence, &self.keys.term],
+            &[&self.keys.lease, &self.keys.counter, &self.keys.term],
             &[&token, &self.id_json, &fencing],
         );
         let ours: Vec<bool> = judged
@@ -177,7 +177,7 @@ impl Redlock {
     fn spread(&mut self, token: &str, ours: &[bool], fencing: u64) {
         let call = eval(
             &self.scripts.reclaim,
-            &[&self.keys.lease, &self.keys.fence, &self.keys.term],
+            &[&self.keys.lease, &self.keys.counter, &self.keys.term],
             &[&token, &self.ttl_ms(), &self.id_json, &fencing],
         );
         let rest: Vec<bool> = ours.iter().map(|o| !o).collect();

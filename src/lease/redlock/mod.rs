@@ -332,7 +332,7 @@ impl LeaseBackend for Redlock {
         };
         let call = eval(
             &self.scripts.reclaim,
-            &[&self.keys.lease, &self.keys.fence, &self.keys.term],
+            &[&self.keys.lease, &self.keys.counter, &self.keys.term],
             &[&token, &self.ttl_ms(), &self.id_json, &restore],
         );
         self.hear_late();
@@ -410,7 +410,7 @@ impl LeaseBackend for Redlock {
             &[
                 &self.keys.lease,
                 &self.keys.term,
-                &self.keys.fence,
+                &self.keys.counter,
                 &self.keys.ended,
             ],
             &[&self.ttl_ms()],

@@ -52,7 +52,7 @@ pub struct ChildSpec {
     pub restart_limit: Option<(u32, Duration)>,
     /// Set in the child's environment beside the term's: what it fences
     /// its writes with in the store (`LeaseBackend::fence_exports`).
-    pub fence: Vec<(&'static str, String)>,
+    pub fence_exports: Vec<(&'static str, String)>,
     /// The same for the term being started, read as it starts
     /// (`LeaseBackend::term_exports`).
     pub term_exports: tokio::sync::watch::Receiver<Vec<(&'static str, String)>>,
@@ -311,7 +311,7 @@ impl Supervisor {
                 self.spec.ttl.as_millis().to_string(),
             ),
         ];
-        env_set.extend(self.spec.fence.iter().cloned());
+        env_set.extend(self.spec.fence_exports.iter().cloned());
         env_set.extend(self.spec.term_exports.borrow().iter().cloned());
         let spec = Spec {
             program: &self.spec.program,

@@ -1,4 +1,4 @@
--- Acquire: KEYS[1] lease, KEYS[2] fence counter, KEYS[3] term record,
+-- Acquire: KEYS[1] lease, KEYS[2] token counter, KEYS[3] term record,
 -- KEYS[4] the last released term's token.
 -- ARGV[1] ownership token, ARGV[2] holder id as a JSON string, ARGV[3] ttl ms,
 -- ARGV[4] the highest fencing token this candidate has seen.

@@ -1,4 +1,4 @@
--- Commit (Redlock, phase two): KEYS[1] lease, KEYS[2] fence counter,
+-- Commit (Redlock, phase two): KEYS[1] lease, KEYS[2] token counter,
 -- KEYS[3] term record;
 -- ARGV[1] ownership token, ARGV[2] holder id as a JSON string, ARGV[3] the
 -- fencing token chosen over all nodes (at least this node's proposal).

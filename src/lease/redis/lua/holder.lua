@@ -34,7 +34,7 @@ local function write_term(key, value, ttl)
 end
 
 -- Whether the lease, missing at its key, is free by the vacancy rule, from
--- the term record at `term`, the fence counter at `fence` (the latest
+-- the term record at `term`, the token counter at `fence` (the latest
 -- term's token) and the token of the last term its holder released at
 -- `ended`. Returns nil when free, else a held reply. Free only when the
 -- latest term's record is still there past its expiry (its holder stopped

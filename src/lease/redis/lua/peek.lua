@@ -1,4 +1,4 @@
--- Peek: KEYS[1] lease, KEYS[2] term record, KEYS[3] fence counter,
+-- Peek: KEYS[1] lease, KEYS[2] term record, KEYS[3] token counter,
 -- KEYS[4] the last released term's token; ARGV[1] ttl ms. Returns who
 -- holds the lease, or held by the vacancy rule (writing nothing);
 -- {0, false, false, -2} when vacant.

@@ -1,4 +1,4 @@
--- Renew or re-create (Redlock): KEYS[1] lease, KEYS[2] fence counter,
+-- Renew or re-create (Redlock): KEYS[1] lease, KEYS[2] token counter,
 -- KEYS[3] term record;
 -- ARGV[1] ownership token, ARGV[2] ttl ms, ARGV[3] holder id as a JSON
 -- string, ARGV[4] our fencing token, or 0 when the caller's lease may no
