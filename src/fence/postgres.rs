@@ -151,47 +151,36 @@ impl PgTarget {
             })
     }
 
-    /// The server's refusal in the fence's terms.
+    /// The server's refusal in the fence's terms; anything not the
+    /// guard's is the PostgreSQL client's to sort (credentials, TLS, a
+    /// standby, a lost connection), as for the lease.
     fn classify(&self, e: &tokio_postgres::Error) -> Error {
         let backend = self.shown();
-        let Some(db) = e.as_db_error() else {
-            return Error::Connection {
-                backend,
-                detail: e.to_string(),
-            };
-        };
-        let message = db.message().to_string();
-        let code = db.code();
-        if code.code() == "LDF01" {
-            newer_wrote(backend, message)
-        } else if *code == SqlState::UNDEFINED_FUNCTION || *code == SqlState::UNDEFINED_TABLE {
-            Error::NotSetUp {
-                backend,
-                detail: format!(
-                    "the guard is not installed in this database ({message}); install it once: leaderd fence install postgres --apply --fence-postgres URL (or psql -f /usr/share/leaderd/fence/postgres.sql)"
-                ),
+        if let Some(db) = e.as_db_error() {
+            let message = db.message().to_string();
+            let code = db.code();
+            if code.code() == "LDF01" {
+                return newer_wrote(backend, message);
             }
-        } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
-            let user = self.pg.url.connect.get_user().unwrap_or("leaderd's user");
-            Error::NotSetUp {
-                backend,
-                detail: format!(
-                    "{message}; raising the fence needs: GRANT EXECUTE ON FUNCTION leaderd_fence_check(text, bigint) TO {user}; GRANT SELECT, INSERT, UPDATE ON leaderd_fence TO {user}"
-                ),
+            if *code == SqlState::UNDEFINED_FUNCTION || *code == SqlState::UNDEFINED_TABLE {
+                return Error::NotSetUp {
+                    backend,
+                    detail: format!(
+                        "the guard is not installed in this database ({message}); install it once: leaderd fence install postgres --apply --fence-postgres URL (or psql -f /usr/share/leaderd/fence/postgres.sql)"
+                    ),
+                };
             }
-        } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
-            Error::WrongKind {
-                backend,
-                detail: format!(
-                    "{message}: the URL reached a standby; give the primary (target_session_attrs=read-write)"
-                ),
-            }
-        } else {
-            Error::Unexpected {
-                backend,
-                detail: format!("{message} (SQLSTATE {})", code.code()),
+            if *code == SqlState::INSUFFICIENT_PRIVILEGE {
+                let user = self.pg.url.connect.get_user().unwrap_or("leaderd's user");
+                return Error::NotSetUp {
+                    backend,
+                    detail: format!(
+                        "{message}; raising the fence needs: GRANT EXECUTE ON FUNCTION leaderd_fence_check(text, bigint) TO {user}; GRANT SELECT, INSERT, UPDATE ON leaderd_fence TO {user}"
+                    ),
+                };
             }
         }
+        crate::client::postgres::classify(e, &backend)
     }
 }
 
