@@ -77,9 +77,12 @@ fn round(scene: &dyn Scene, write: &Write) -> bool {
             (!nodes[0].is_leader() && nodes[1..].iter().any(Leaderd::is_leader)).then_some(())
         });
     }
-    // The standbys have looked, some more than once.
-    std::thread::sleep(Duration::from_millis(1500));
     let (holder, _) = support::the_leader(&nodes, PATIENCE);
+    // Every standby has looked at the lease and stands by: the write must
+    // meet candidates that each have a view of the term it changes.
+    for (_, node) in nodes.iter().enumerate().filter(|(i, _)| *i != holder) {
+        node.wait_log(PATIENCE, "lease held by another candidate");
+    }
     let child = eventually(PATIENCE, "the holder's child", || {
         probe_events(&logs[holder])
             .into_iter()
