@@ -285,6 +285,10 @@ fn an_unreachable_backend_makes_the_leader_step_down_by_its_renew_deadline() {
             || (!nodes[leader].is_leader()).then_some(()),
         );
         eprintln!("{name}: stepped down {:?} after the cut", cut.elapsed());
+        assert!(
+            nodes.iter().all(|n| !n.is_leader()),
+            "{name}: someone leads while the store is unreachable"
+        );
         scene.heal();
         support::the_leader(&nodes, PATIENCE);
     });

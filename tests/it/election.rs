@@ -1,6 +1,9 @@
-//! Election against a real redis-server: one leader among three, handover on
-//! SIGTERM, takeover after SIGKILL only once the lease expired, a lost key,
-//! fencing tokens across handovers and Redis restarts.
+//! Election against a real redis-server, what the contract suite does not
+//! ask of every backend: the lease key's shape and each candidate's
+//! `/leader`, a SIGTERM handover woken by the release announcement, the
+//! states a lost key passes through, fencing tokens across a restart under
+//! running candidates, and the waiters' wake-ups. (A SIGKILL takeover at
+//! the lease's PTTL is the contract's, on Redis as on every backend.)
 
 use crate::support;
 
@@ -117,42 +120,6 @@ fn sigterm_hands_over_long_before_the_ttl() {
         woken,
         "the new leader was woken by the release notification"
     );
-}
-
-#[test]
-fn sigkill_takeover_waits_for_the_lease_to_expire() {
-    let redis = Redis::start();
-    let key = support::key("sigkill");
-    let mut nodes: Vec<Leaderd> = ["a", "b"]
-        .iter()
-        .map(|id| start(&redis, &key, id, FAST))
-        .collect();
-    let (leader, token) = one_leader(&nodes.iter().collect::<Vec<_>>(), support::WAIT);
-    // The lease expires no earlier than `asked + pttl` (Redis measured the
-    // PTTL after we asked); a renewal before the kill only pushes it later.
-    let pttl_asked = Instant::now();
-    let pttl = redis.pttl(&lease_key(&key));
-    nodes[leader].signal("KILL");
-    nodes[leader].wait_exit(Duration::from_secs(2));
-    let survivor = nodes.remove(1 - leader);
-    let expiry = Duration::from_millis(pttl as u64);
-    // Until the lease expires in Redis the key still holds the dead leader.
-    while pttl_asked.elapsed() + Duration::from_millis(50) < expiry {
-        assert!(
-            !survivor.is_leader(),
-            "took over {:?} after the kill, lease had {pttl} ms left",
-            pttl_asked.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    survivor.wait_leading(support::WAIT);
-    let after = pttl_asked.elapsed();
-    assert!(
-        after >= expiry,
-        "took over after {after:?}, before the lease's {expiry:?} ran out"
-    );
-    let (_, body) = survivor.leader().unwrap();
-    assert!(body["fencing_token"].as_u64().unwrap() > token);
 }
 
 #[test]
