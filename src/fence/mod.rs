@@ -37,11 +37,11 @@ pub use options::FEATURE;
 pub use postgres::GUARD as POSTGRES_GUARD;
 pub use redis::{GUARD as REDIS_GUARD, eval_guard as redis_eval_guard};
 
+use crate::client::Error;
 use crate::client::pem::TlsFiles;
 use crate::client::postgres::PgConnect;
 use crate::client::redis::urls::RedisUrl;
 use crate::config::Config;
-use crate::lease::Error;
 use std::time::Duration;
 
 /// The fence's settings: which resources to raise it in, under which name.

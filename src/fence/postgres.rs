@@ -5,8 +5,8 @@
 //! open between terms would only be one more to watch and re-dial.
 
 use super::{Found, PgTarget, newer_wrote};
+use crate::client::Error;
 use crate::client::postgres::{Conn, connect};
-use crate::lease::Error;
 use std::time::Duration;
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;

@@ -5,8 +5,8 @@
 //! `leaderd_fence_raise`.
 
 use super::{Found, RedisTarget, newer_wrote};
+use crate::client::Error;
 use crate::client::redis::classify::classify;
-use crate::lease::Error;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Value};
 use std::time::Duration;
