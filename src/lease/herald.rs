@@ -12,8 +12,9 @@
 //! ([`Herald::settle`]), so a Service stops naming the leader before
 //! anyone else can win.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -43,10 +44,36 @@ pub struct Told {
     pub at: SystemTime,
 }
 
+/// What the herald's writes came to, by what was written (`endpointslice`,
+/// `event`) and how it went (`written`, `refused`, `failed`, `skipped`):
+/// counted by the backend's task, read by the metrics
+/// (`leaderd_announcements_total`), so an announcement that keeps failing
+/// shows on a dashboard and not only in a log line said once.
+#[derive(Debug, Default)]
+pub struct Tally(Mutex<BTreeMap<(&'static str, &'static str), u64>>);
+
+impl Tally {
+    pub fn count(&self, target: &'static str, result: &'static str) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((target, result))
+            .or_default() += 1;
+    }
+
+    /// Every (target, result) counted so far, with its count.
+    pub fn counts(&self) -> Vec<((&'static str, &'static str), u64)> {
+        let counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        counts.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+}
+
 /// The runner's and the worker's handle on a backend's herald task.
 #[derive(Clone)]
 pub struct Herald {
     news: mpsc::UnboundedSender<Told>,
+    tally: Arc<Tally>,
     /// How many pieces of news were sent, and how many the task handled.
     sent: Arc<AtomicU64>,
     handled: watch::Receiver<u64>,
@@ -59,6 +86,7 @@ pub struct Herald {
 pub struct Desk {
     pub news: mpsc::UnboundedReceiver<Told>,
     handled: watch::Sender<u64>,
+    pub tally: Arc<Tally>,
 }
 
 impl Desk {
@@ -73,8 +101,10 @@ impl Desk {
 pub fn channel(bound: Duration) -> (Herald, Desk) {
     let (news, rx) = mpsc::unbounded_channel();
     let (handled_tx, handled) = watch::channel(0);
+    let tally = Arc::new(Tally::default());
     let herald = Herald {
         news,
+        tally: tally.clone(),
         sent: Arc::new(AtomicU64::new(0)),
         handled,
         bound,
@@ -84,11 +114,17 @@ pub fn channel(bound: Duration) -> (Herald, Desk) {
         Desk {
             news: rx,
             handled: handled_tx,
+            tally,
         },
     )
 }
 
 impl Herald {
+    /// What the task's writes came to so far.
+    pub fn tally(&self) -> Arc<Tally> {
+        self.tally.clone()
+    }
+
     /// Sends `news`; never waits, never fails (a herald that stopped
     /// listening changes nothing).
     pub fn tell(&self, news: News) {
@@ -140,6 +176,18 @@ impl Started {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tally_counts_each_target_and_result_apart() {
+        let tally = Tally::default();
+        tally.count("event", "written");
+        tally.count("endpointslice", "failed");
+        tally.count("event", "written");
+        assert_eq!(
+            tally.counts(),
+            [(("endpointslice", "failed"), 1), (("event", "written"), 2)]
+        );
+    }
 
     #[tokio::test]
     async fn settle_waits_for_what_was_sent_and_no_longer_than_its_bound() {

@@ -54,6 +54,12 @@ struct WebhookLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AnnounceLabels {
+    target: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CountLabel {
     count: &'static str,
 }
@@ -84,6 +90,9 @@ pub struct Metrics {
     child_starts: Counter,
     child_exits: Counter,
     webhook_deliveries: Family<WebhookLabels, Counter>,
+    /// The backend's herald's writes, copied from its tally at each render.
+    announcements: Family<AnnounceLabels, Counter>,
+    announced: std::sync::Mutex<Option<std::sync::Arc<crate::lease::herald::Tally>>>,
     master_status: Family<NameLabel, Gauge>,
     log_lines_dropped: Counter,
     backend_up: Gauge,
@@ -124,6 +133,8 @@ impl Metrics {
             child_starts: Counter::default(),
             child_exits: Counter::default(),
             webhook_deliveries: Family::default(),
+            announcements: Family::default(),
+            announced: std::sync::Mutex::new(None),
             master_status: Family::default(),
             log_lines_dropped: Counter::default(),
             backend_up: Gauge::default(),
@@ -219,6 +230,11 @@ impl Metrics {
             "leaderd_webhook_deliveries",
             "Webhook deliveries by event and result",
             m.webhook_deliveries.clone(),
+        );
+        registry.register(
+            "leaderd_announcements",
+            "What this candidate announced of its terms outside the lease (on Kubernetes: the Service's EndpointSlice, the Lease's Events), by target and result (written, refused: a newer term wrote it, failed, skipped: over the Events' rate limit); the election never waits on them",
+            m.announcements.clone(),
         );
         registry.register(
             "leader_election_master_status",
@@ -362,6 +378,11 @@ impl Metrics {
             .inc();
     }
 
+    /// Where the backend's herald counts its writes (none: no series).
+    pub fn announcements(&self, tally: std::sync::Arc<crate::lease::herald::Tally>) {
+        *self.announced.lock().unwrap_or_else(|e| e.into_inner()) = Some(tally);
+    }
+
     /// The exposition in `format`, with the leadership gauges taken from `view`.
     pub fn render(&self, view: &LeaderView, format: Format) -> String {
         let leading = i64::from(view.is_leader);
@@ -379,6 +400,17 @@ impl Metrics {
         let counted = self.log_lines_dropped.get();
         if dropped > counted {
             self.log_lines_dropped.inc_by(dropped - counted);
+        }
+        if let Some(tally) = &*self.announced.lock().unwrap_or_else(|e| e.into_inner()) {
+            for ((target, result), count) in tally.counts() {
+                let counter = self
+                    .announcements
+                    .get_or_create(&AnnounceLabels { target, result });
+                let counted = counter.get();
+                if count > counted {
+                    counter.inc_by(count - counted);
+                }
+            }
         }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)

@@ -72,6 +72,9 @@ pub async fn run(
         stop: stop_watching.clone(),
     });
     let herald = backend.herald();
+    if let Some(started) = &herald {
+        outputs.metrics.announcements(started.herald.tally());
+    }
     let fence = crate::fence::FenceConfig::of(config).cloned();
     let lease = worker::Lease {
         backend,

@@ -289,6 +289,16 @@ fn the_service_follows_the_leader_and_a_deposed_leader_never_rewrites_it() {
         names(&kube, token, &address(fourth), Instant::now());
         nodes[frozen].signal("CONT");
         nodes[frozen].wait_log(PATIENCE, "written by a newer term");
+        // Counted too: its slice written once, then refused.
+        let (_, metrics) = nodes[frozen].get("/metrics").expect("metrics");
+        let metrics = metrics.as_str().unwrap_or_default().to_string();
+        for line in [
+            "leaderd_announcements_total{target=\"endpointslice\",result=\"written\"} 1",
+            "leaderd_announcements_total{target=\"endpointslice\",result=\"refused\"} 1",
+            "leaderd_announcements_total{target=\"event\",result=\"written\"}",
+        ] {
+            assert!(metrics.contains(line), "{line} missing from {metrics}");
+        }
         assert_eq!(
             slice(&kube),
             Some((token, vec![address(fourth)])),

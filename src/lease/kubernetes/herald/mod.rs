@@ -13,9 +13,10 @@ pub mod service;
 
 use super::client::Client;
 use super::config::KubernetesConfig;
-use crate::lease::herald::{self, Desk, News, Started, Told};
+use crate::lease::herald::{self, Desk, News, Started, Tally, Told};
 use options::ServiceConfig;
 use service::{Outcome, Want};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -37,6 +38,8 @@ struct Task {
     /// logs once rather than at every try.
     slice_failing: bool,
     events_failing: bool,
+    /// What the writes came to, for the metrics.
+    tally: Arc<Tally>,
 }
 
 /// Starts the task when the configuration asks for anything.
@@ -59,6 +62,7 @@ pub fn start(config: &KubernetesConfig, id: &str, retry: Duration) -> Option<Sta
         open: None,
         slice_failing: false,
         events_failing: false,
+        tally: desk.tally.clone(),
     };
     Some(Started {
         herald,
@@ -122,6 +126,11 @@ impl Task {
             Ok(outcome) => {
                 self.want = None;
                 self.slice_failing = false;
+                let result = match outcome {
+                    Outcome::Written | Outcome::Unchanged => "written",
+                    Outcome::Refused { .. } => "refused",
+                };
+                self.tally.count("endpointslice", result);
                 match outcome {
                     Outcome::Written => tracing::info!(
                         service = %config.name,
@@ -141,6 +150,7 @@ impl Task {
                 }
             }
             Err(e) => {
+                self.tally.count("endpointslice", "failed");
                 if !std::mem::replace(&mut self.slice_failing, true) {
                     tracing::warn!(
                         service = %config.name,
@@ -161,6 +171,7 @@ impl Task {
             return;
         };
         let Some(skipped) = budget.take(Instant::now()) else {
+            self.tally.count("event", "skipped");
             tracing::debug!(reason, "an Event left out: over the rate limit");
             return;
         };
@@ -184,6 +195,12 @@ impl Task {
                 break;
             }
         }
+        let result = if recorded.is_ok() {
+            "written"
+        } else {
+            "failed"
+        };
+        self.tally.count("event", result);
         match recorded {
             Ok(()) => self.events_failing = false,
             Err(e) => {
