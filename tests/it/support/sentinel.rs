@@ -12,9 +12,11 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// How long a failover may take: the sentinels elect one of them to lead
 /// it, and an election whose votes split (more likely on a loaded machine,
 /// where their timers fire late; seen with two CPU hogs beside the suite)
-/// is tried again only after twice `failover-timeout`, 8 s here. Several
-/// such rounds fit.
-const FAILOVER_PATIENCE: Duration = Duration::from_secs(60);
+/// is tried again only after twice `failover-timeout`, 8 s here; and a
+/// sentinel whose timer fired 2 s late enters TILT mode and acts on nothing
+/// for 30 s (seen once in 60 s under the same load). A TILT and several
+/// rounds fit.
+const FAILOVER_PATIENCE: Duration = Duration::from_secs(90);
 
 pub struct Sentinel {
     pub port: u16,
@@ -177,8 +179,8 @@ impl Rig {
             .cloned()
     }
 
-    /// `SENTINEL FAILOVER`, then waits until all three sentinels name a new
-    /// master; returns it.
+    /// `SENTINEL FAILOVER`, then waits until a majority of the sentinels
+    /// name a new master; returns it.
     pub fn failover(&self) -> (String, u16) {
         let old = self.agreed_master().expect("a master");
         self.sentinels[0]
@@ -187,15 +189,14 @@ impl Rig {
         self.await_new_master(&old)
     }
 
+    /// Waits until a majority of the sentinels name a master other than
+    /// `old`: the master leaderd follows (it asks them all and follows a
+    /// majority), whatever a third one lagging behind says.
     pub fn await_new_master(&self, old: &(String, u16)) -> (String, u16) {
         eventually(
             FAILOVER_PATIENCE,
-            "all sentinels to name a new master",
-            || {
-                let named: Vec<_> = self.sentinels.iter().filter_map(Sentinel::master).collect();
-                (named.len() == 3 && named.iter().all(|n| n != old && *n == named[0]))
-                    .then(|| named[0].clone())
-            },
+            "a majority of the sentinels to name a new master",
+            || self.agreed_master().filter(|agreed| agreed != old),
         )
     }
 }
