@@ -23,6 +23,8 @@ pub struct Sentinel {
     child: Child,
     /// The sentinels' own password, when they have one.
     password: Option<String>,
+    /// Its log file (`logfile`).
+    log: std::path::PathBuf,
 }
 
 impl Sentinel {
@@ -37,12 +39,13 @@ impl Sentinel {
         let work = dir.join(format!("sentinel-{n}"));
         std::fs::create_dir_all(&work).expect("sentinel dir");
         let text = format!(
-            "port {port}\nbind 127.0.0.1\ndir {}\n\
+            "port {port}\nbind 127.0.0.1\ndir {}\nlogfile {}\n\
              sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n\
              sentinel down-after-milliseconds {SERVICE} 1000\n\
              sentinel failover-timeout {SERVICE} 4000\n\
              sentinel parallel-syncs {SERVICE} 1\n{}",
             path_str(&work),
+            path_str(&work.join("sentinel.log")),
             // Sentinels with a password of their own authenticate to each
             // other with it too.
             password.map_or(String::new(), |p| format!(
@@ -60,7 +63,15 @@ impl Sentinel {
             port,
             child,
             password: password.map(str::to_string),
+            log: work.join("sentinel.log"),
         }
+    }
+
+    /// The end of this sentinel's log: what it did about a failover.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(25)..].join("\n")
     }
 
     pub fn cmd(&self, args: &[&str]) -> Result<redis::Value, redis::RedisError> {
@@ -192,11 +203,26 @@ impl Rig {
     /// Waits until a majority of the sentinels name a master other than
     /// `old`: the master leaderd follows (it asks them all and follows a
     /// majority), whatever a third one lagging behind says.
+    /// On a timeout, the sentinels' logs say why (a TILT, no good replica,
+    /// votes that split).
     pub fn await_new_master(&self, old: &(String, u16)) -> (String, u16) {
-        eventually(
-            FAILOVER_PATIENCE,
-            "a majority of the sentinels to name a new master",
-            || self.agreed_master().filter(|agreed| agreed != old),
-        )
+        let began = std::time::Instant::now();
+        loop {
+            if let Some(new) = self.agreed_master().filter(|agreed| agreed != old) {
+                return new;
+            }
+            if began.elapsed() > FAILOVER_PATIENCE {
+                let logs: Vec<String> = self
+                    .sentinels
+                    .iter()
+                    .map(|s| format!("sentinel :{}\n{}", s.port, s.log_tail()))
+                    .collect();
+                panic!(
+                    "no majority of the sentinels named a new master within {FAILOVER_PATIENCE:?}:\n{}",
+                    logs.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
