@@ -97,9 +97,32 @@ def apply_json_patch(obj, operations, where):
 
 
 def render(directory):
-    """The objects `kubectl kustomize DIRECTORY` would produce, and the files it read."""
+    """The objects `kubectl kustomize DIRECTORY` would produce, and the files it read.
+
+    With the kubectl scripts/lib/ensure-kube.sh builds (LEADERD_KUBECTL), the
+    objects are kubectl's own rendering: components, strategic-merge patches
+    and replacements are beyond the subset below."""
     kustomization = load_docs(os.path.join(directory, "kustomization.yaml"))[0]
-    objects, files = [], {os.path.join(directory, "kustomization.yaml")}
+    files = {os.path.join(directory, "kustomization.yaml")}
+    kubectl = os.environ.get("LEADERD_KUBECTL")
+    if kubectl and os.access(kubectl, os.X_OK):
+        for entry in kustomization.get("resources", []) + kustomization.get("components", []):
+            path = os.path.normpath(os.path.join(directory, entry))
+            if os.path.isdir(path):
+                files |= render_files(path)
+            else:
+                files.add(path)
+        for patch in kustomization.get("patches", []):
+            if "path" in patch:
+                files.add(os.path.normpath(os.path.join(directory, patch["path"])))
+        result = subprocess.run(
+            [kubectl, "kustomize", directory], capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            problem(f"{directory}: kubectl kustomize refused it: {result.stderr.strip()}")
+            return [], files
+        return [o for o in yaml.safe_load_all(result.stdout) if o], files
+    objects = []
     for resource in kustomization.get("resources", []):
         path = os.path.normpath(os.path.join(directory, resource))
         if os.path.isdir(path):
@@ -122,6 +145,19 @@ def render(directory):
         for obj in hits:
             apply_json_patch(obj, yaml.safe_load(patch["patch"]), directory)
     return objects, files
+
+
+def render_files(directory):
+    """The files a kustomization (or component) in DIRECTORY reads."""
+    kustomization = load_docs(os.path.join(directory, "kustomization.yaml"))[0]
+    files = {os.path.join(directory, "kustomization.yaml")}
+    for entry in kustomization.get("resources", []) + kustomization.get("components", []):
+        path = os.path.normpath(os.path.join(directory, entry))
+        files |= render_files(path) if os.path.isdir(path) else {path}
+    for patch in kustomization.get("patches", []):
+        if "path" in patch:
+            files.add(os.path.normpath(os.path.join(directory, patch["path"])))
+    return files
 
 
 def validate_schemas(objects, what):
@@ -323,6 +359,10 @@ def manifests(leaderd, directory):
     used = set()
     for root, _, names in sorted(os.walk(directory)):
         if "kustomization.yaml" not in names:
+            continue
+        if load_docs(os.path.join(root, "kustomization.yaml"))[0].get("kind") == "Component":
+            # Not buildable alone: checked inside each kustomization using it.
+            used |= render_files(root)
             continue
         objects, files = render(root)
         used |= files
