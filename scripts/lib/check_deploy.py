@@ -106,15 +106,7 @@ def render(directory):
     files = {os.path.join(directory, "kustomization.yaml")}
     kubectl = os.environ.get("LEADERD_KUBECTL")
     if kubectl and os.access(kubectl, os.X_OK):
-        for entry in kustomization.get("resources", []) + kustomization.get("components", []):
-            path = os.path.normpath(os.path.join(directory, entry))
-            if os.path.isdir(path):
-                files |= render_files(path)
-            else:
-                files.add(path)
-        for patch in kustomization.get("patches", []):
-            if "path" in patch:
-                files.add(os.path.normpath(os.path.join(directory, patch["path"])))
+        files = render_files(directory)
         result = subprocess.run(
             [kubectl, "kustomize", directory], capture_output=True, text=True, check=False
         )
