@@ -100,11 +100,25 @@ impl Leaderd {
     }
 
     /// Waits for the process to exit and for its log to be read to the end.
+    /// One that has not exited by `limit` fails with the end of its log:
+    /// what it was doing instead.
     pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
         let id = self.id.clone();
-        let status = eventually(limit, &format!("{id} to exit"), || {
-            self.child.try_wait().expect("try_wait")
-        });
+        let began = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if began.elapsed() > limit {
+                let log = self.log();
+                let tail = &log[log.len().saturating_sub(30)..];
+                panic!(
+                    "{id} had not exited after {limit:?}; the end of its log:\n{}",
+                    tail.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         let log = self.log.clone();
         eventually(limit, &format!("{id}'s log to end"), || {
             log.lock()
