@@ -70,8 +70,18 @@ impl Sentinel {
     /// The end of this sentinel's log: what it did about a failover.
     pub fn log_tail(&self) -> String {
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        // What made a replica no good (`+sdown slave`, a TILT) can come
+        // well before the last tries: the lines about the replicas and the
+        // TILTs, then the end.
         let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(25)..].join("\n")
+        let mut shown: Vec<&str> = lines
+            .iter()
+            .filter(|l| l.contains("slave") || l.contains("tilt"))
+            .copied()
+            .collect();
+        shown.push("...");
+        shown.extend(&lines[lines.len().saturating_sub(15)..]);
+        shown.join("\n")
     }
 
     pub fn cmd(&self, args: &[&str]) -> Result<redis::Value, redis::RedisError> {
@@ -194,9 +204,17 @@ impl Rig {
     /// name a new master; returns it.
     pub fn failover(&self) -> (String, u16) {
         let old = self.agreed_master().expect("a master");
-        self.sentinels[0]
-            .cmd(&["SENTINEL", "FAILOVER", SERVICE])
-            .expect("SENTINEL FAILOVER");
+        // A sentinel that last heard from the replica too long ago (it, or
+        // the sentinel, starved on a loaded machine) answers NOGOODSLAVE
+        // until it hears again: asked again, within the failover's bound.
+        let began = std::time::Instant::now();
+        while let Err(e) = self.sentinels[0].cmd(&["SENTINEL", "FAILOVER", SERVICE]) {
+            let not_yet = e.to_string().contains("NOGOODSLAVE");
+            if !not_yet || began.elapsed() > FAILOVER_PATIENCE {
+                panic!("SENTINEL FAILOVER: {e}\n{}", self.sentinels[0].log_tail());
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
         self.await_new_master(&old)
     }
 
