@@ -101,29 +101,27 @@ def render(directory):
 
     With the kubectl scripts/lib/ensure-kube.sh builds (LEADERD_KUBECTL), the
     objects are kubectl's own rendering: components, strategic-merge patches
-    and replacements are beyond the subset below."""
-    kustomization = load_docs(os.path.join(directory, "kustomization.yaml"))[0]
-    files = {os.path.join(directory, "kustomization.yaml")}
+    and replacements are beyond the subset in render_subset."""
+    files = render_files(directory)
     kubectl = os.environ.get("LEADERD_KUBECTL")
-    if kubectl and os.access(kubectl, os.X_OK):
-        files = render_files(directory)
-        result = subprocess.run(
-            [kubectl, "kustomize", directory], capture_output=True, text=True, check=False
-        )
-        if result.returncode != 0:
-            problem(f"{directory}: kubectl kustomize refused it: {result.stderr.strip()}")
-            return [], files
-        return [o for o in yaml.safe_load_all(result.stdout) if o], files
+    if not (kubectl and os.access(kubectl, os.X_OK)):
+        return render_subset(directory), files
+    result = subprocess.run(
+        [kubectl, "kustomize", directory], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        problem(f"{directory}: kubectl kustomize refused it: {result.stderr.strip()}")
+        return [], files
+    return [o for o in yaml.safe_load_all(result.stdout) if o], files
+
+
+def render_subset(directory):
+    """Without kubectl: resources and inline JSON patches only."""
+    kustomization = load_docs(os.path.join(directory, "kustomization.yaml"))[0]
     objects = []
     for resource in kustomization.get("resources", []):
         path = os.path.normpath(os.path.join(directory, resource))
-        if os.path.isdir(path):
-            sub_objects, sub_files = render(path)
-            objects += sub_objects
-            files |= sub_files
-        else:
-            objects += load_docs(path)
-            files.add(path)
+        objects += render_subset(path) if os.path.isdir(path) else load_docs(path)
     for patch in kustomization.get("patches", []):
         target = patch["target"]
         hits = [
@@ -136,7 +134,7 @@ def render(directory):
             problem(f"{directory}: a patch targets {target}, which no resource is")
         for obj in hits:
             apply_json_patch(obj, yaml.safe_load(patch["patch"]), directory)
-    return objects, files
+    return objects
 
 
 def render_files(directory):
