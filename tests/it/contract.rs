@@ -604,6 +604,7 @@ fn a_rolling_update_with_priorities_moves_leadership_once() {
             old.iter().flatten().find(|n| n.is_leader()).map(|_| ())
         });
         let mut new = Vec::new();
+        let mut gone = Vec::new();
         // As a Deployment replaces pods: a new one up and registered (the
         // leader lists it), then an old one stopped — the leader first,
         // the worst case. The standbys' own copies of the registry are a
@@ -626,6 +627,7 @@ fn a_rolling_update_with_priorities_moves_leadership_once() {
             if let Some(mut n) = old[victim].take() {
                 n.signal("TERM");
                 assert!(n.wait_exit(PATIENCE).success(), "{name}: {:?}", n.log());
+                gone.push(n);
             }
         }
         eventually(PATIENCE, "a new leader", || {
@@ -651,6 +653,12 @@ fn a_rolling_update_with_priorities_moves_leadership_once() {
             .collect();
         starts.sort();
         let terms: Vec<&str> = starts.iter().map(|(_, who, _)| who.as_str()).collect();
+        if terms.len() != 2 {
+            // Each candidate's own account of what it saw and decided.
+            for n in gone.iter().chain(old.iter().flatten()).chain(&new) {
+                eprintln!("--- {}:\n{}", n.id, n.log().join("\n"));
+            }
+        }
         assert_eq!(
             terms.len(),
             2,

@@ -33,6 +33,7 @@ use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -58,6 +59,11 @@ pub struct FileLease {
     /// The file we last saw locked by another candidate, and its term.
     seen: Option<Seen>,
     vacancies: Vacancies,
+    /// The runner's wake-ups, once its release watcher runs: a release is
+    /// announced through them ([`FileLease::announce`]).
+    wakeups: OnceLock<Wakeups>,
+    /// The term whose end this candidate announced last (file, token).
+    announced: Option<((u64, u64), Option<u64>)>,
 }
 
 /// A file seen locked by another candidate: which inode, and its holder.
@@ -107,6 +113,8 @@ impl FileLease {
             registry_lapse: crate::timing::Timing::default().registry_lapse(),
             seen: None,
             vacancies: Vacancies::default(),
+            wakeups: OnceLock::new(),
+            announced: None,
         }
     }
 
@@ -172,6 +180,38 @@ impl FileLease {
             }),
             Verdict::Free => None,
         }
+    }
+
+    /// The file we saw locked by another is unlocked: a release, or the
+    /// kernel freeing a dead holder's lock, found by this candidate's poll.
+    /// Network stores announce releases to every standby, which reads the
+    /// candidates registry before it campaigns, so it defers to a newcomer
+    /// of higher priority it has not seen yet (its copy is a heartbeat
+    /// old). A lock file has no announcement, so the first candidate to
+    /// look announces it to itself: it lets go, wakes its runner (which
+    /// reads the registry, then campaigns) and takes the lease at the next
+    /// attempt. `None`: take it now (announced already, or no runner to
+    /// wake, as for `status`).
+    fn announce(&mut self, locked: (u64, u64)) -> Option<Acquire> {
+        let seen = self.seen.as_ref().filter(|seen| seen.file == locked)?;
+        let term = (locked, seen.holder.fencing_token);
+        if self.announced == Some(term) {
+            return None;
+        }
+        let wakeups = self.wakeups.get()?;
+        if !wakeups.wake() {
+            return None;
+        }
+        self.announced = Some(term);
+        Some(Acquire::Held {
+            holder: Holder {
+                id: None,
+                fencing_token: None,
+            },
+            // Time for the runner to read the registry first; its release
+            // wake-up campaigns sooner.
+            expires_in: Some(POLL),
+        })
     }
 
     /// Another candidate holds the lock on `file`. It becomes the term this
@@ -271,6 +311,10 @@ impl FileLease {
             }
         }
         if let Some(wait) = self.vacated(this) {
+            return Ok(wait);
+        }
+        if let Some(wait) = self.announce(this) {
+            // Dropping the file lets go of the lock just taken.
             return Ok(wait);
         }
         self.seen = None;
@@ -435,8 +479,11 @@ impl LeaseBackend for FileLease {
     /// Stats the path every [`POLL`] and says when the file there changed
     /// (deleted, replaced): the holder then checks its lease at once, rather
     /// than at its next renewal. Releases leave the file, so waiters find
-    /// them by polling.
+    /// them by polling, and announce them to themselves
+    /// ([`FileLease::announce`]).
     fn watch_releases(&self, wakeups: Wakeups) -> Option<JoinHandle<()>> {
+        // Set once: the runner starts one watcher per lease.
+        let _ = self.wakeups.set(wakeups.clone());
         let Wakeups { notices, stop, .. } = wakeups;
         let path = self.path.clone();
         Some(tokio::spawn(async move {

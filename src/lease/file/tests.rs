@@ -170,3 +170,40 @@ fn a_symlink_planted_at_held_is_refused() {
     assert!(detail.contains("symbolic link"), "{detail}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A rolling update on the lock file moved leadership twice (o1 → o2 →
+/// n2) in about one run in five: a standby's copy of the registry is a
+/// heartbeat old, and with no release announced, none read it before taking
+/// the lease, so an old one that had not seen the new one took it. The
+/// first look that finds the released lock announces the release to its
+/// own runner (which reads the registry first) and lets go; the next
+/// attempt takes it. Once per term; without a runner (`status`), at once.
+#[test]
+fn a_release_found_by_polling_is_announced_before_it_is_taken() {
+    let (dir, path) = scratch("announce");
+    let (mut a, mut b) = pair(&path, Duration::from_secs(3600));
+    let (notices, mut woken) = tokio::sync::mpsc::unbounded_channel();
+    let wakeups = Wakeups {
+        notices,
+        retry: Duration::from_secs(1),
+        stop: tokio_util::sync::CancellationToken::new(),
+    };
+    b.wakeups.set(wakeups).unwrap();
+    assert!(won(a.acquire_now()));
+    assert!(held(b.acquire_now()));
+    assert!(woken.try_recv().is_err(), "held is no release");
+    assert!(a.release_now());
+    assert!(held(b.acquire_now()), "b took a release not yet announced");
+    assert!(woken.try_recv().is_ok(), "b's runner was not woken");
+    assert!(b.peek_now().unwrap().holder.is_none(), "b kept the lock it let go");
+    assert!(won(b.acquire_now()), "announced once, then taken");
+    // The next term's end is announced again.
+    assert!(b.release_now());
+    assert!(won(a.acquire_now()));
+    assert!(held(b.acquire_now()));
+    assert!(a.release_now());
+    assert!(held(b.acquire_now()));
+    assert!(woken.try_recv().is_ok());
+    assert!(won(b.acquire_now()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
