@@ -131,6 +131,15 @@ pub struct Peek {
     pub contested: bool,
 }
 
+impl Peek {
+    /// Nobody holds the lease, or its holder's lease has run out (etcd and
+    /// Kubernetes show an expired holder until someone takes over): an
+    /// acquire could take it now, the vacancy rule permitting.
+    pub fn vacant(&self) -> bool {
+        self.expires_in == Some(Duration::ZERO) || (self.holder.is_none() && !self.contested)
+    }
+}
+
 /// For a backend of several servers: how many answered the last
 /// operation, of how many, and how many it needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -73,6 +73,10 @@ pub enum State {
         /// A release was announced while the request was out: if it comes
         /// back refused, it may predate the release, so look again at once.
         notified: bool,
+        /// The request out is a look ([`Action::Look`]), not an acquire: an
+        /// outranked candidate's, which defers only once it has seen the
+        /// lease vacant ([`Machine::campaign`]).
+        looking: bool,
         /// The worker turned unhealthy while the request was out: a lease
         /// that comes back is handed back, never worked on.
         standing: Standing,
@@ -278,6 +282,9 @@ pub enum Event {
     },
     /// A release was announced by the holder: worth trying now.
     ReleaseNotified,
+    /// A look ([`Action::Look`]) found the lease vacant: nobody holds it,
+    /// or its holder's lease has run out. (Held, it answers `Refused`.)
+    Vacant,
     /// Give the lease up and stay out of the election for `hold` (an
     /// operator's `leaderd step-down`, or a child in a crash loop).
     StepDown {
@@ -299,6 +306,9 @@ pub enum Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     Acquire,
+    /// Look at the lease without taking it (an outranked candidate, before
+    /// it defers): answered `Vacant`, `Refused` or `AcquireFailed`.
+    Look,
     Renew,
     Release,
     StartWork {
@@ -341,6 +351,7 @@ pub enum Reason {
     FirstHealthCheck,
     Outranked,
     Deferred,
+    Vacant,
     HandOver,
     HandOverTo,
     Ignored,
@@ -391,6 +402,7 @@ impl Reason {
             Reason::FirstHealthCheck => "waiting for the worker's first passing health check",
             Reason::Outranked => "outranked: another candidate leads first",
             Reason::Deferred => "deferring to a candidate of higher priority",
+            Reason::Vacant => "lease vacant",
             Reason::HandOver => "handing over to a candidate of higher priority",
             Reason::HandOverTo => "handing over to the candidate step-down --to named",
             Reason::Ignored => "event does not apply in this state",

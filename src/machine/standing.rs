@@ -54,11 +54,11 @@ impl Machine {
     /// A waiting candidate whose wait is over, or that a release woke: it
     /// acquires, unless other candidates outrank it and it has not yet
     /// deferred (`held`: the wait that just ended was a hold-off, a deferral
-    /// included). Then it holds off once, a retry interval for each
-    /// candidate above it, so they, woken by the same release or timer,
-    /// take the lease first, the highest first; if they are gone (a crashed
-    /// leader's record lingers up to a TTL), this one campaigns after them.
-    /// Bounded: a deferral is a hold-off, and a hold-off's end acquires.
+    /// included). Then it defers at the vacancy: at once when a release woke
+    /// it, else once a look ([`Action::Look`]) has found the lease vacant
+    /// ([`Machine::on_vacant`]). A timer is no vacancy (on the lock file it
+    /// is a poll every 200 ms): a deferral started by one could end just
+    /// after a release, before the candidates above had tried.
     pub(super) fn campaign(
         &self,
         standing: Standing,
@@ -67,12 +67,10 @@ impl Machine {
         now: Instant,
     ) -> Transition {
         if standing.outranked > 0 && !held {
-            let until = now + self.timing.retry_interval * u32::from(standing.outranked);
-            return to(
-                State::waiting(until, true, standing),
-                &[Action::StepAside],
-                Reason::Deferred,
-            );
+            if reason == Reason::ReleaseNotified {
+                return self.defer(standing, now);
+            }
+            return to(State::looking(standing), &[Action::Look], reason);
         }
         // An outranked standby's looks after its deferrals are routine.
         let reason = if standing.outranked > 0 && reason == Reason::HoldOver {
@@ -81,6 +79,41 @@ impl Machine {
             reason
         };
         to(State::acquiring(standing), &[Action::Acquire], reason)
+    }
+
+    /// A look found the lease vacant. An outranked candidate defers; one
+    /// no longer outranked (the registry changed meanwhile) acquires; one
+    /// whose worker turned unhealthy meanwhile waits for it.
+    pub(super) fn on_vacant(&self, standing: Standing, now: Instant) -> Transition {
+        if standing.unhealthy {
+            return to(
+                State::waiting(now, false, standing),
+                &[],
+                Reason::WorkerUnhealthy,
+            );
+        }
+        if standing.outranked > 0 {
+            return self.defer(standing, now);
+        }
+        to(
+            State::acquiring(standing),
+            &[Action::Acquire],
+            Reason::Vacant,
+        )
+    }
+
+    /// Holds off once, a retry interval for each candidate above, so they,
+    /// woken by the same vacancy, take the lease first, the highest first;
+    /// if they are gone (a crashed leader's record lingers up to a TTL),
+    /// this one campaigns after them. Bounded: a deferral is a hold-off,
+    /// and a hold-off's end acquires.
+    fn defer(&self, standing: Standing, now: Instant) -> Transition {
+        let until = now + self.timing.retry_interval * u32::from(standing.outranked);
+        to(
+            State::waiting(until, true, standing),
+            &[Action::StepAside],
+            Reason::Deferred,
+        )
     }
 }
 

@@ -201,10 +201,16 @@ impl Machine {
                 },
                 E::Refused { .. },
             ) => to(S::waiting(now, false, standing), &[], Reason::HeldByOther),
-            (S::Acquiring { standing, .. }, E::ReleaseNotified) => to(
+            (
+                S::Acquiring {
+                    looking, standing, ..
+                },
+                E::ReleaseNotified,
+            ) => to(
                 S::Acquiring {
                     shutdown: false,
                     notified: true,
+                    looking,
                     standing,
                 },
                 &[],
@@ -222,6 +228,14 @@ impl Machine {
                     Reason::HeldByOther,
                 )
             }
+            (
+                S::Acquiring {
+                    looking: true,
+                    standing,
+                    ..
+                },
+                E::Vacant,
+            ) => self.on_vacant(standing, now),
             (S::Acquiring { standing, .. }, E::AcquireFailed { misconfigured }) => to(
                 S::waiting(now + self.backoff(misconfigured), false, standing),
                 &[],
@@ -392,6 +406,17 @@ impl State {
         State::Acquiring {
             shutdown: false,
             notified: false,
+            looking: false,
+            standing,
+        }
+    }
+
+    /// Looking at the lease, with nothing else pending.
+    pub(crate) const fn looking(standing: Standing) -> State {
+        State::Acquiring {
+            shutdown: false,
+            notified: false,
+            looking: true,
             standing,
         }
     }

@@ -13,6 +13,11 @@ impl Machine {
         use Event as E;
         use State as S;
         match (*state, event) {
+            // A look took nothing: there is nothing to give back.
+            (
+                S::Acquiring { looking: true, .. },
+                E::Vacant | E::Refused { .. } | E::AcquireFailed { .. },
+            ) => to(S::Idle, &[Action::Exit], Reason::Shutdown),
             (
                 S::Acquiring { .. },
                 E::Acquired { .. } | E::Refused { .. } | E::AcquireFailed { .. },
@@ -139,10 +144,13 @@ impl Machine {
         let reason = Reason::Shutdown;
         match *state {
             S::Idle => to(S::Idle, &[Action::Exit], reason),
-            S::Acquiring { standing, .. } => to(
+            S::Acquiring {
+                looking, standing, ..
+            } => to(
                 S::Acquiring {
                     shutdown: true,
                     notified: false,
+                    looking,
                     standing,
                 },
                 &[],

@@ -76,6 +76,7 @@ fn the_machine_hears_its_standing_only_where_it_is_remembered_and_changed() {
     let acquiring = |s| State::Acquiring {
         shutdown: false,
         notified: false,
+        looking: false,
         standing: s,
     };
     let releasing = |s| State::Releasing {
@@ -139,6 +140,7 @@ fn run_once_gives_up_at_the_deadline_only_after_a_real_try_and_fails_a_lost_run(
     let acquiring = State::Acquiring {
         shutdown: false,
         notified: false,
+        looking: false,
         standing: Standing::CLEAR,
     };
     // (answered, started, state, shutdown seen, now) → exit code

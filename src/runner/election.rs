@@ -366,6 +366,7 @@ impl<'c> Runner<'c> {
         for action in tr.actions {
             let op = match action {
                 Action::Acquire => Op::Acquire,
+                Action::Look => Op::Look,
                 Action::Renew => Op::Renew,
                 Action::Release => Op::Release,
                 Action::StepAside => Op::StepAside,

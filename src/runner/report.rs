@@ -3,7 +3,7 @@
 //! and the warning for a second candidate with our id.
 
 use super::worker::Report;
-use crate::lease::{self, Acquire, Holder, Renew};
+use crate::lease::{self, Acquire, Holder, Peek, Renew};
 use crate::machine::Event;
 use crate::status::{Observed, Snapshot};
 use std::time::Duration;
@@ -74,6 +74,27 @@ pub(super) fn judge(report: Report, ttl: Duration, held: bool, now: Instant) -> 
             },
             Seen::Same,
             Note::Failed("acquire", e),
+        ),
+        Report::Look(Ok(peek)) if peek.vacant() => (Event::Vacant, Seen::Nobody, Note::Answered),
+        Report::Look(Ok(Peek {
+            holder: Some(holder),
+            expires_in,
+            ..
+        })) => (
+            Event::Refused { expires_in },
+            Seen::Other(holder, expires_in),
+            Note::Answered,
+        ),
+        // Contested: no holder to show, but not vacant either.
+        Report::Look(Ok(Peek { expires_in, .. })) => {
+            (Event::Refused { expires_in }, Seen::Same, Note::Answered)
+        }
+        Report::Look(Err(e)) => (
+            Event::AcquireFailed {
+                misconfigured: e.needs_a_person(),
+            },
+            Seen::Same,
+            Note::Failed("look", e),
         ),
         Report::Renew(Ok(Renew::Renewed { sent_at })) => {
             let took = now.saturating_duration_since(sent_at);
@@ -252,6 +273,17 @@ mod tests {
                 Event::Refused { expires_in: None }, Seen::Other(other.clone(), None), "answered"),
             (Report::Acquire(Err(refused())), false,
                 Event::AcquireFailed { misconfigured: false }, Seen::Same, "failed acquire"),
+            // A look: vacant when nobody holds it or its holder's lease has
+            // run out; contested (Redlock's leftovers) is held by nobody known.
+            (Report::Look(Ok(Peek::default())), false, Event::Vacant, Seen::Nobody, "answered"),
+            (Report::Look(Ok(Peek { holder: Some(other.clone()), expires_in: Some(Duration::ZERO), contested: false })), false,
+                Event::Vacant, Seen::Nobody, "answered"),
+            (Report::Look(Ok(Peek { holder: Some(other.clone()), expires_in: Some(ttl), contested: false })), false,
+                Event::Refused { expires_in: Some(ttl) }, Seen::Other(other.clone(), Some(ttl)), "answered"),
+            (Report::Look(Ok(Peek { holder: None, expires_in: Some(ttl), contested: true })), false,
+                Event::Refused { expires_in: Some(ttl) }, Seen::Same, "answered"),
+            (Report::Look(Err(refused())), false,
+                Event::AcquireFailed { misconfigured: false }, Seen::Same, "failed look"),
             // A renewal is slow past a tenth of the TTL, not at it.
             (Report::Renew(Ok(Renew::Renewed { sent_at: at(1000) })), true,
                 Event::Renewed { sent_at: at(1000) }, Seen::Same, "answered"),

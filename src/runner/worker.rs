@@ -5,7 +5,7 @@
 use crate::fence::FenceConfig;
 use crate::lease::herald::{Herald, News};
 use crate::lease::registry::Record;
-use crate::lease::{self, Acquire, LeaseBackend, Renew};
+use crate::lease::{self, Acquire, LeaseBackend, Peek, Renew};
 use crate::metrics::Metrics;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +16,9 @@ use tokio::time::Instant;
 #[derive(Debug)]
 pub(super) enum Op {
     Acquire,
+    /// Looks at the lease without taking it: an outranked standby, before
+    /// it defers.
+    Look,
     Renew,
     Release,
     Register(Record),
@@ -27,6 +30,7 @@ pub(super) enum Op {
 
 pub(super) enum Report {
     Acquire(Result<Acquire, lease::Error>),
+    Look(Result<Peek, lease::Error>),
     Renew(Result<Renew, lease::Error>),
     Release(Result<bool, lease::Error>),
 }
@@ -172,6 +176,7 @@ async fn work(
         let started = Instant::now();
         let report = match op {
             Op::Acquire => Report::Acquire(lease.acquire().await),
+            Op::Look => Report::Look(lease.backend.peek().await),
             Op::Renew => {
                 let renewed = lease.backend.renew().await;
                 if let Ok(Renew::Lost { .. }) = renewed {
@@ -222,6 +227,9 @@ impl Report {
             Report::Acquire(Ok(Acquire::Won { .. })) => ("acquire", "ok"),
             Report::Acquire(Ok(Acquire::Held { .. })) => ("acquire", "held"),
             Report::Acquire(Err(e)) => ("acquire", failed(e)),
+            Report::Look(Ok(peek)) if peek.vacant() => ("look", "vacant"),
+            Report::Look(Ok(_)) => ("look", "held"),
+            Report::Look(Err(e)) => ("look", failed(e)),
             Report::Renew(Ok(Renew::Renewed { .. })) => ("renew", "ok"),
             Report::Renew(Ok(Renew::Lost { .. })) => ("renew", "lost"),
             Report::Renew(Err(e)) => ("renew", failed(e)),

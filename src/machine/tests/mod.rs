@@ -51,12 +51,21 @@ pub(super) fn states(t0: Instant) -> Vec<State> {
         State::Acquiring {
             shutdown: false,
             notified: false,
+            looking: false,
             standing: Standing::CLEAR,
         },
         State::Acquiring {
             shutdown: true,
             notified: false,
+            looking: false,
             standing: Standing::CLEAR,
+        },
+        State::looking(OUTRANKED),
+        State::Acquiring {
+            shutdown: true,
+            notified: false,
+            looking: true,
+            standing: OUTRANKED,
         },
         State::Working { lease: l },
         State::Renewing {
@@ -164,6 +173,7 @@ pub(super) fn events(t0: Instant) -> Vec<Event> {
         Event::Outranked(1),
         Event::Outranked(2),
         Event::Outranked(0),
+        Event::Vacant,
         Event::ShutdownRequested,
     ]
 }
@@ -173,6 +183,7 @@ pub(super) fn names(actions: &[Action]) -> Vec<&'static str> {
         .iter()
         .map(|a| match a {
             Action::Acquire => "acquire",
+            Action::Look => "look",
             Action::Renew => "renew",
             Action::Release => "release",
             Action::StartWork { .. } => "start",
@@ -200,6 +211,7 @@ fn transition_table() {
             State::Acquiring {
                 shutdown: false,
                 notified: false,
+                looking: false,
                 standing: Standing::CLEAR,
             },
             Event::Acquired {
@@ -214,6 +226,7 @@ fn transition_table() {
             State::Acquiring {
                 shutdown: false,
                 notified: false,
+                looking: false,
                 standing: Standing::CLEAR,
             },
             Event::Refused {
@@ -227,6 +240,7 @@ fn transition_table() {
             State::Acquiring {
                 shutdown: false,
                 notified: false,
+                looking: false,
                 standing: Standing::CLEAR,
             },
             Event::AcquireFailed {
@@ -240,6 +254,7 @@ fn transition_table() {
             State::Acquiring {
                 shutdown: true,
                 notified: false,
+                looking: false,
                 standing: Standing::CLEAR,
             },
             Event::Acquired {

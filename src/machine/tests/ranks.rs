@@ -1,5 +1,6 @@
 //! Priorities (issue #28) in the machine: an outranked candidate defers
-//! once at a vacancy, for the retry interval, then campaigns; the one that
+//! once at a vacancy (a release, or a look that found the lease vacant),
+//! for the retry interval, then campaigns; the one that
 //! outranks it does not defer; leading is not affected (the runner hands
 //! over by a step-down). Tested as a table and over sequences.
 
@@ -32,13 +33,86 @@ fn ranks_table() {
             State::waiting(t0 + MS + retry, true, OUTRANKED),
             vec!["step aside"],
         ),
-        // So does its timer (the holder's lease would have expired).
+        // Its timer is no vacancy (the holder may have renewed; on the lock
+        // file it is a poll): it looks first.
         (
             State::waiting(t0, false, OUTRANKED),
             Event::Tick,
             MS,
+            State::looking(OUTRANKED),
+            vec!["look"],
+        ),
+        // Seen vacant: it defers from now, and steps aside.
+        (
+            State::looking(OUTRANKED),
+            Event::Vacant,
+            MS,
             State::waiting(t0 + MS + retry, true, OUTRANKED),
             vec!["step aside"],
+        ),
+        // Seen held: no deferral, it waits for that lease as any standby.
+        (
+            State::looking(OUTRANKED),
+            Event::Refused {
+                expires_in: Some(retry),
+            },
+            MS,
+            State::waiting(t0 + MS + retry + MS, false, OUTRANKED),
+            vec![],
+        ),
+        // No longer outranked by the time it saw the vacancy: it acquires.
+        (
+            State::looking(Standing::CLEAR),
+            Event::Vacant,
+            MS,
+            State::acquiring(Standing::CLEAR),
+            vec!["acquire"],
+        ),
+        // Unhealthy by then: it waits for its worker.
+        (
+            State::looking(both),
+            Event::Vacant,
+            MS,
+            State::waiting(t0 + MS, false, both),
+            vec![],
+        ),
+        // A release announced during the look: it looks again if refused.
+        (
+            State::looking(OUTRANKED),
+            Event::ReleaseNotified,
+            MS,
+            State::Acquiring {
+                shutdown: false,
+                notified: true,
+                looking: true,
+                standing: OUTRANKED,
+            },
+            vec![],
+        ),
+        (
+            State::Acquiring {
+                shutdown: false,
+                notified: true,
+                looking: true,
+                standing: OUTRANKED,
+            },
+            Event::Refused { expires_in: None },
+            MS,
+            State::waiting(t0 + MS, false, OUTRANKED),
+            vec![],
+        ),
+        // Shutdown during a look: nothing was taken, so nothing to release.
+        (
+            State::Acquiring {
+                shutdown: true,
+                notified: false,
+                looking: true,
+                standing: OUTRANKED,
+            },
+            Event::Vacant,
+            MS,
+            State::Idle,
+            vec!["exit"],
         ),
         // The deferral over: it campaigns, still outranked (bounded).
         (
@@ -103,13 +177,13 @@ fn ranks_table() {
             State::Working { lease: lease(t0) },
             vec![],
         ),
-        // Healthy again while outranked and its wait is over: it defers.
+        // Healthy again while outranked and its wait is over: it looks.
         (
             State::waiting(t0, false, both),
             Event::WorkerHealthy,
             MS,
-            State::waiting(t0 + MS + retry, true, OUTRANKED),
-            vec!["step aside"],
+            State::looking(OUTRANKED),
+            vec!["look"],
         ),
     ];
     for (state, event, after, expected, actions) in cases {
@@ -121,8 +195,9 @@ fn ranks_table() {
 
 /// Over every path of up to `DEPTH` events: an outranked candidate's
 /// deferral is bounded (two timer ticks after a vacancy it has acquired,
-/// unless its worker is unhealthy or it is on the way out), and it never
-/// acquires on the very first wake-up of a vacancy.
+/// unless its worker is unhealthy or it is on the way out), it never
+/// acquires on the very first wake-up of a vacancy, and a timer alone
+/// never starts a deferral (only a release or a look that saw a vacancy).
 #[test]
 fn an_outranked_candidate_defers_once_and_only_once() {
     const DEPTH: usize = 4;
@@ -138,9 +213,9 @@ fn an_outranked_candidate_defers_once_and_only_once() {
             continue;
         }
         if let State::Waiting {
+            until,
             hold: false,
             standing: OUTRANKED,
-            ..
         } = state
         {
             // The first wake-up defers; the tick after the deferral acquires.
@@ -152,6 +227,16 @@ fn an_outranked_candidate_defers_once_and_only_once() {
             );
             let then = m.step(&woke.next, Event::Tick, now + MS + far);
             assert_eq!(names(&then.actions), vec!["acquire"], "{woke:?} → {then:?}");
+            // Its timer looks; only a vacancy seen defers.
+            let at = until.max(now);
+            let due = m.step(&state, Event::Tick, at);
+            assert_eq!(names(&due.actions), vec!["look"], "{state:?}: {due:?}");
+            let seen = m.step(&due.next, Event::Vacant, at + MS);
+            assert_eq!(
+                names(&seen.actions),
+                vec!["step aside"],
+                "{due:?} → {seen:?}"
+            );
             checked += 1;
         }
         for event in events(t0) {

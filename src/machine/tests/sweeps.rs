@@ -13,6 +13,7 @@ pub(super) fn answer(action: &Action, now: Instant) -> Option<Event> {
             fencing_token: 99,
             sent_at: now,
         }),
+        Action::Look => Some(Event::Vacant),
         Action::Renew => Some(Event::Renewed { sent_at: now }),
         Action::Release => Some(Event::Released),
         Action::StopWork { .. } => Some(Event::WorkStopped),
@@ -30,6 +31,7 @@ fn every_state_handles_shutdown_and_ends_released() {
         let mut queue = vec![Event::ShutdownRequested];
         // Outstanding requests in the start state answer first.
         match start {
+            State::Acquiring { looking: true, .. } => queue.push(Event::Vacant),
             State::Acquiring { .. } => queue.push(Event::Acquired {
                 fencing_token: 99,
                 sent_at: now,
@@ -68,8 +70,12 @@ fn every_state_handles_shutdown_and_ends_released() {
             now += MS;
         }
         assert!(exited, "{start:?} never exited: {done:?}");
-        // Idle holds nothing; Releasing has its release in flight already.
-        let holds = !matches!(start, State::Idle | State::Releasing { .. });
+        // Idle holds nothing, nor does a look; Releasing has its release
+        // in flight already.
+        let holds = !matches!(
+            start,
+            State::Idle | State::Releasing { .. } | State::Acquiring { looking: true, .. }
+        );
         if holds {
             let release = done.iter().position(|a| *a == "release");
             assert!(

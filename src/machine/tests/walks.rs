@@ -14,6 +14,7 @@ fn refusal_waits_until_the_holders_lease_would_expire() {
     let acquiring = State::Acquiring {
         shutdown: false,
         notified: false,
+        looking: false,
         standing: Standing::CLEAR,
     };
     let soon = m.step(
@@ -83,6 +84,7 @@ fn renewal_does_not_restart_the_work() {
             &State::Acquiring {
                 shutdown: false,
                 notified: false,
+                looking: false,
                 standing: Standing::CLEAR,
             },
             Event::Acquired {
@@ -262,6 +264,7 @@ fn a_release_announced_during_an_acquire_is_not_missed() {
     let acquiring = State::Acquiring {
         shutdown: false,
         notified: false,
+        looking: false,
         standing: Standing::CLEAR,
     };
     let notified = m.step(&acquiring, Event::ReleaseNotified, t0);
@@ -270,6 +273,7 @@ fn a_release_announced_during_an_acquire_is_not_missed() {
         State::Acquiring {
             shutdown: false,
             notified: true,
+            looking: false,
             standing: Standing::CLEAR,
         }
     );
