@@ -294,6 +294,11 @@ fn an_inherited_signal_mask_ignored_sigterm_and_open_fds_are_not_passed_on() {
         fields[3], "0,1,2",
         "descriptors passed on: {first} ({inherited:?})"
     );
+    // Its start line comes after its SIGTERM handler is in place: a
+    // SIGTERM before that (a loaded machine) would kill it, not stop it.
+    eventually(PATIENCE, "the child's start line", || {
+        probe_events(&log).into_iter().find(|e| e.kind == "start")
+    });
     // A standby on the same lock file, started plainly.
     let standby = support::Leaderd::run("standby", &["--lock-file", support::path_str(&lock)]);
     standby.wait_log(PATIENCE, "held by another candidate");

@@ -260,18 +260,23 @@ fn a_release_wakes_exactly_one_waiter() {
         });
     }
     let (leader, _) = the_leader(&nodes, PATIENCE);
-    let (code, out, err) = run_to_end(&["status", "--zookeeper", &zk.connect(), "--key", &key]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("held by a"), "{out}");
     // The registry lists them, the holder first, then in the order they
-    // started (equal priorities).
-    let listed: Vec<&str> = out
-        .lines()
-        .skip_while(|l| !l.contains("in the order they would lead"))
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
-    assert_eq!(listed, ["a", "b", "c", "d"], "{out}");
+    // started (equal priorities), once each has registered: queueing does
+    // not wait for the registry write, which a loaded machine can delay.
+    let listed = |out: &str| -> Vec<String> {
+        out.lines()
+            .skip_while(|l| !l.contains("in the order they would lead"))
+            .skip(1)
+            .filter_map(|l| Some(l.split_whitespace().next()?.to_string()))
+            .collect()
+    };
+    let out = eventually(PATIENCE, "status to list all four", || {
+        let (code, out, err) = run_to_end(&["status", "--zookeeper", &zk.connect(), "--key", &key]);
+        assert_eq!(code, 0, "{out}{err}");
+        (listed(&out).len() == 4).then_some(out)
+    });
+    assert!(out.contains("held by a"), "{out}");
+    assert_eq!(listed(&out), ["a", "b", "c", "d"], "{out}");
     let mut old = nodes.remove(leader);
     let acquires = |nodes: &[Leaderd]| -> Vec<u64> {
         nodes

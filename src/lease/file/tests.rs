@@ -195,7 +195,10 @@ fn a_release_found_by_polling_is_announced_before_it_is_taken() {
     assert!(a.release_now());
     assert!(held(b.acquire_now()), "b took a release not yet announced");
     assert!(woken.try_recv().is_ok(), "b's runner was not woken");
-    assert!(b.peek_now().unwrap().holder.is_none(), "b kept the lock it let go");
+    assert!(
+        b.peek_now().unwrap().holder.is_none(),
+        "b kept the lock it let go"
+    );
     assert!(won(b.acquire_now()), "announced once, then taken");
     // The next term's end is announced again.
     assert!(b.release_now());
