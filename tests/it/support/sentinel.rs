@@ -1,5 +1,5 @@
 //! A Redis Sentinel deployment on loopback: a master, a replica and three
-//! sentinels (quorum 2, `down-after-milliseconds 1000`), each on a free
+//! sentinels (quorum 2, `down-after-milliseconds 3000`), each on a free
 //! port, ready once every sentinel sees the master, the replica and enough
 //! other sentinels to authorise a failover (`SENTINEL CKQUORUM`).
 
@@ -17,6 +17,13 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// for 30 s (seen once in 60 s under the same load). A TILT and several
 /// rounds fit.
 const FAILOVER_PATIENCE: Duration = Duration::from_secs(90);
+/// How long a sentinel waits for a server's reply before judging it down
+/// (`down-after-milliseconds`). A replica judged down is no good for a
+/// failover (`-failover-abort-no-good-slave`), and the deployment is not
+/// ready while one is: at 1 s, a replica or a sentinel starved for a
+/// second by two CPU hogs beside the suite was, again and again, for over
+/// 90 s. 3 s rides that out, and costs each failover test 2 s.
+const DOWN_AFTER_MS: u64 = 3000;
 
 pub struct Sentinel {
     pub port: u16,
@@ -41,7 +48,7 @@ impl Sentinel {
         let text = format!(
             "port {port}\nbind 127.0.0.1\ndir {}\nlogfile {}\n\
              sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n\
-             sentinel down-after-milliseconds {SERVICE} 1000\n\
+             sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n\
              sentinel failover-timeout {SERVICE} 4000\n\
              sentinel parallel-syncs {SERVICE} 1\n{}",
             path_str(&work),
