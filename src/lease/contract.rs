@@ -132,6 +132,15 @@ pub struct Peek {
 }
 
 impl Peek {
+    /// The current term as heard, not asked: held, for `left`.
+    pub fn heard((holder, left): (Holder, Duration)) -> Peek {
+        Peek {
+            holder: Some(holder),
+            expires_in: Some(left),
+            contested: false,
+        }
+    }
+
     /// Nobody holds the lease, or its holder's lease has run out (etcd and
     /// Kubernetes show an expired holder until someone takes over): an
     /// acquire could take it now, the vacancy rule permitting.
@@ -242,6 +251,15 @@ pub trait LeaseBackend: Send {
     async fn release(&mut self) -> Result<bool, Error>;
 
     async fn peek(&mut self) -> Result<Peek, Error>;
+
+    /// A standby's look before it defers (an outranked candidate woken by
+    /// its timer): [`LeaseBackend::peek`], unless the backend can answer
+    /// from what it heard of the current term, as its acquire does
+    /// ([`heard`](super::heard)), so outranked standbys cost the store no
+    /// more than the others.
+    async fn look(&mut self) -> Result<Peek, Error> {
+        self.peek().await
+    }
 
     /// Starts a task that wakes the runner whenever a release makes the
     /// lease worth trying now, until `wakeups.stop`. `None`: waiters rely on

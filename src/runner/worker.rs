@@ -176,7 +176,7 @@ async fn work(
         let started = Instant::now();
         let report = match op {
             Op::Acquire => Report::Acquire(lease.acquire().await),
-            Op::Look => Report::Look(lease.backend.peek().await),
+            Op::Look => Report::Look(lease.backend.look().await),
             Op::Renew => {
                 let renewed = lease.backend.renew().await;
                 if let Ok(Renew::Lost { .. }) = renewed {

@@ -1,5 +1,6 @@
 //! What idle standbys cost the store (issue #47), counted by the store
-//! itself: a standby whose subscription is live sends nothing on a timer.
+//! itself: a standby whose subscription is live sends nothing on a timer,
+//! an outranked one (which looks before it defers) included.
 //! Redis here, by `MONITOR` (which names each script call's keys, so an
 //! acquire is told from a renewal); Kubernetes in `kubernetes::idle`. Each
 //! count is shown to catch what it claims against standbys that cannot
@@ -15,8 +16,9 @@ const TTL: &str = "2s";
 const WINDOW: Duration = Duration::from_secs(12);
 
 /// Script calls Redis ran for election `key` over [`WINDOW`], seen by
-/// `MONITOR`: (acquires, renewals). An acquire names four keys, the lease
-/// and fence first; a renewal two, the lease and the term record.
+/// `MONITOR`: (acquires and looks, renewals). An acquire names four keys,
+/// the lease and fence first; a look (a peek) four, the lease and the term
+/// record first; a renewal two, the lease and the term record.
 fn calls(redis: &Redis, key: &str) -> (usize, usize) {
     let mut monitor = Command::new("redis-cli")
         .args(["-p", &redis.port.to_string(), "MONITOR"])
@@ -36,21 +38,27 @@ fn calls(redis: &Redis, key: &str) -> (usize, usize) {
     let _ = monitor.wait();
     let lines = reader.join().expect("the reader ends with the pipe");
     let acquire = format!("\"4\" \"leaderd:{{{key}}}:lease\" \"leaderd:{{{key}}}:fence\"");
+    let look = format!("\"4\" \"leaderd:{{{key}}}:lease\" \"leaderd:{{{key}}}:term\"");
     let renew = format!("\"2\" \"leaderd:{{{key}}}:lease\" \"leaderd:{{{key}}}:term\"");
     let count = |what: &str| lines.iter().filter(|l| l.contains(what)).count();
-    (count(&acquire), count(&renew))
+    (count(&acquire) + count(&look), count(&renew))
 }
 
-/// Three candidates on `key` as `url`'s user; waits until both standbys
-/// report that they learn of the holder by `want` (`watch`: their
-/// subscription is live, which on a loaded machine may take a moment after
-/// they first report; `fallback`: they ask on a timer), and returns the
-/// candidates.
+/// Three candidates on `key` as `url`'s user, the third of a lower
+/// priority than the others, started once one of them leads (so it is an
+/// outranked standby, which looks at the lease before it defers); waits
+/// until both standbys report that they learn of the holder by `want`
+/// (`watch`: their subscription is live, which on a loaded machine may
+/// take a moment after they first report; `fallback`: they ask on a
+/// timer), and returns the candidates.
 fn three(url: &str, key: &str, want: &str) -> Vec<Leaderd> {
-    let nodes: Vec<Leaderd> = ["a", "b", "c"]
-        .iter()
-        .map(|id| Leaderd::run(id, &["--redis", url, "--key", key, "--ttl", TTL]))
-        .collect();
+    let run = |id: &str, priority: &str| {
+        let args = ["--redis", url, "--key", key, "--ttl", TTL];
+        Leaderd::run(id, &[&args[..], &["--priority", priority]].concat())
+    };
+    let mut nodes = vec![run("a", "2"), run("b", "2")];
+    support::the_leader(&nodes, support::WAIT);
+    nodes.push(run("c", "1"));
     let (leader, _) = support::the_leader(&nodes, support::WAIT);
     eventually(
         support::WAIT,
@@ -87,7 +95,7 @@ fn a_standby_on_a_live_subscription_sends_redis_nothing_on_a_timer() {
     // renewal notice past a standby's timer once, not routinely.
     assert!(
         acquires <= 2,
-        "{acquires} acquires by idle standbys in {:?}",
+        "{acquires} acquires and looks by idle standbys in {:?}",
         started.elapsed()
     );
 

@@ -98,6 +98,14 @@ fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBacken
 }
 
 impl EtcdLease {
+    /// A term whose renewals this standby hears needs no question; not
+    /// with a lease of ours out (an attempt whose answer was lost).
+    fn heard_term(&self) -> Option<(Holder, Duration)> {
+        self.lease
+            .is_none()
+            .then(|| self.heard.answer(Instant::now(), 0, &self.id))?
+    }
+
     /// The lease of `common.key` on the cluster `etcd` names.
     pub fn open(etcd: &EtcdConfig, common: &Common) -> Result<Self, Error> {
         Ok(Self::on(
@@ -315,11 +323,7 @@ impl LeaseBackend for EtcdLease {
     }
 
     async fn acquire(&mut self) -> Result<Acquire, Error> {
-        // A term whose renewals this standby hears needs no question; not
-        // with a lease of ours out (an attempt whose answer was lost).
-        if self.lease.is_none()
-            && let Some((holder, left)) = self.heard.answer(Instant::now(), 0, &self.id)
-        {
+        if let Some((holder, left)) = self.heard_term() {
             return Ok(Acquire::Held {
                 holder,
                 expires_in: Some(left),
@@ -459,6 +463,13 @@ impl LeaseBackend for EtcdLease {
         self.revoke(lease).await;
         self.lease = None;
         Ok(released)
+    }
+
+    async fn look(&mut self) -> Result<Peek, Error> {
+        match self.heard_term() {
+            Some(heard) => Ok(Peek::heard(heard)),
+            None => self.peek().await,
+        }
     }
 
     async fn peek(&mut self) -> Result<Peek, Error> {

@@ -419,6 +419,17 @@ impl LeaseBackend for KubeLease {
         Ok(false)
     }
 
+    async fn look(&mut self) -> Result<Peek, Error> {
+        match self.watched() {
+            Some(Acquire::Held { holder, expires_in }) => Ok(Peek {
+                holder: Some(holder),
+                expires_in,
+                contested: false,
+            }),
+            _ => self.peek().await,
+        }
+    }
+
     async fn peek(&mut self) -> Result<Peek, Error> {
         let Some(lease) = self.get().await? else {
             return Ok(Peek::default());

@@ -95,6 +95,16 @@ fn open(backend: &Backend, common: &Common) -> Option<Result<Box<dyn LeaseBacken
 }
 
 impl PgLease {
+    /// A term whose renewals this standby hears needs no question; not
+    /// with a token out (an earlier attempt's answer was lost).
+    fn heard_term(&self) -> Option<(Holder, Duration)> {
+        let answer = || {
+            self.heard
+                .answer(Instant::now(), self.highest_fencing, &self.id)
+        };
+        self.token.is_none().then(answer)?
+    }
+
     /// The lease of `common.key` in the table `pg` names.
     pub fn open(pg: &PgConfig, common: &Common) -> Result<Self, Error> {
         let shown = describe(pg);
@@ -260,13 +270,7 @@ impl LeaseBackend for PgLease {
     }
 
     async fn acquire(&mut self) -> Result<Acquire, Error> {
-        // A term whose renewals this standby hears needs no question; not
-        // with a token out (an earlier attempt's answer was lost).
-        if self.token.is_none()
-            && let Some((holder, left)) =
-                self.heard
-                    .answer(Instant::now(), self.highest_fencing, &self.id)
-        {
+        if let Some((holder, left)) = self.heard_term() {
             return Ok(Acquire::Held {
                 holder,
                 expires_in: Some(left),
@@ -390,6 +394,13 @@ impl LeaseBackend for PgLease {
             .await?;
         self.token = None;
         Ok(!rows.is_empty())
+    }
+
+    async fn look(&mut self) -> Result<Peek, Error> {
+        match self.heard_term() {
+            Some(heard) => Ok(Peek::heard(heard)),
+            None => self.peek().await,
+        }
     }
 
     async fn peek(&mut self) -> Result<Peek, Error> {

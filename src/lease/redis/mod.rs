@@ -219,6 +219,17 @@ impl RedisLease {
         }
     }
 
+    /// A term whose renewals this standby hears needs no question. Not
+    /// with a token out: an earlier attempt's answer was lost, and only
+    /// Redis can say whether it won.
+    fn heard(&self) -> Option<(Holder, Duration)> {
+        let own = self.id_json.trim_matches('"');
+        self.token.is_none().then(|| {
+            self.renewals
+                .answer(Instant::now(), self.highest_fencing, own)
+        })?
+    }
+
     fn observe(&mut self, holder: &Option<Holder>) {
         if let Some(seen) = holder.as_ref().and_then(|h| h.fencing_token) {
             self.highest_fencing = self.highest_fencing.max(seen);
@@ -233,15 +244,7 @@ impl LeaseBackend for RedisLease {
     }
 
     async fn acquire(&mut self) -> Result<Acquire, Error> {
-        // A term whose renewals this standby hears needs no question. Not
-        // with a token out: an earlier attempt's answer was lost, and only
-        // Redis can say whether it won.
-        let own = self.id_json.trim_matches('"');
-        let heard = self.token.is_none().then(|| {
-            self.renewals
-                .answer(Instant::now(), self.highest_fencing, own)
-        });
-        if let Some((holder, left)) = heard.flatten() {
+        if let Some((holder, left)) = self.heard() {
             return Ok(Acquire::Held {
                 holder,
                 expires_in: Some(left),
@@ -355,6 +358,13 @@ impl LeaseBackend for RedisLease {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
             other => Err(unexpected(&self.link.url, &other)),
+        }
+    }
+
+    async fn look(&mut self) -> Result<Peek, Error> {
+        match self.heard() {
+            Some(heard) => Ok(Peek::heard(heard)),
+            None => self.peek().await,
         }
     }
 
