@@ -137,8 +137,13 @@ fn sigterm_while_redis_is_frozen_exits_in_time_and_leaves_nothing_behind() {
         assert!(left.is_empty(), "run {run}: outlived leaderd: {left:?}");
     }
     eprintln!("slowest exit with Redis frozen: {slowest:?}");
-    // Stop the child, two release attempts of 200 ms each: well under 5 s.
-    assert!(slowest < Duration::from_secs(5), "{slowest:?}");
+    // Stop the child, two release attempts of 200 ms each: about half a
+    // second unloaded, 5.2 s once under two CPU hogs (both candidates
+    // timed together). The bound is the promise that matters: Kubernetes
+    // kills a pod 30 s after SIGTERM by default, and leaderd, bounded by
+    // its own timeouts and not by the frozen store, exits well before.
+    // Its speed is for `scripts/bench`.
+    assert!(slowest < Duration::from_secs(15), "{slowest:?}");
 }
 
 /// `unshare` arguments that make a PID namespace here, or why not.
