@@ -40,6 +40,25 @@ fn candidate(connect: &str, key: &str, id: &str, log: Option<&Path>) -> Leaderd 
     Leaderd::run(id, &args)
 }
 
+/// `check`'s report on `key`, given time: its subject is the report, and
+/// its default request timeout (500 ms) is less than ZooKeeper beside two
+/// CPU hogs always answers in (the tenth loaded run failed here).
+fn check(zk: &ZooKeeper, key: &str) -> String {
+    let (code, out, err) = run_to_end(&[
+        "check",
+        "--zookeeper",
+        &zk.connect(),
+        "--key",
+        key,
+        "--ttl",
+        "30s",
+        "--zookeeper-timeout",
+        "9s",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    out
+}
+
 /// Candidates with a probe child each, their logs in a scratch directory.
 struct Rig {
     key: String,
@@ -271,7 +290,17 @@ fn a_release_wakes_exactly_one_waiter() {
             .collect()
     };
     let out = eventually(PATIENCE, "status to list all four", || {
-        let (code, out, err) = run_to_end(&["status", "--zookeeper", &zk.connect(), "--key", &key]);
+        let (code, out, err) = run_to_end(&[
+            "status",
+            "--zookeeper",
+            &zk.connect(),
+            "--key",
+            &key,
+            "--zookeeper-timeout",
+            "9s",
+            "--ttl",
+            "30s",
+        ]);
         assert_eq!(code, 0, "{out}{err}");
         (listed(&out).len() == 4).then_some(out)
     });

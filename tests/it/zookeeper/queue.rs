@@ -7,7 +7,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 use support::zk_gate::ZkGate;
 use support::zookeeper::ZooKeeper;
-use support::{Leaderd, eventually, probe_child, probe_events, run_to_end, the_leader};
+use support::{Leaderd, eventually, probe_child, probe_events, the_leader};
 
 /// Found by the nemesis (seed 9010): a leader whose queue node was gone
 /// kept leading, so a later deletion of its lease node let the next in
@@ -129,8 +129,7 @@ fn a_candidate_that_queued_second_while_joining_never_leads_before_the_first() {
     );
     r.assert_one_child_at_a_time(&[&nodes[0], &nodes[1]]);
     // `check` shows the same from outside.
-    let (code, out, err) = run_to_end(&["check", "--zookeeper", &zk.connect(), "--key", &r.key]);
-    assert_eq!(code, 0, "{out}{err}");
+    let out = super::check(&zk, &r.key);
     assert!(
         out.contains("the lease is held by c0 (fencing token 0x")
             && out.contains("), first in line; in line: c0, c1"),
@@ -170,12 +169,7 @@ fn a_queue_node_put_ahead_of_the_leader_ends_its_term() {
     );
     assert!(!a.is_leader(), "a leads behind another in line");
     // `check` names the line in order, and a holder that is not first.
-    let check = || {
-        let (code, out, err) =
-            run_to_end(&["check", "--zookeeper", &zk.connect(), "--key", &r.key]);
-        assert_eq!(code, 0, "{out}{err}");
-        out
-    };
+    let check = || super::check(&zk, &r.key);
     let out = check();
     assert!(
         out.contains("the lease is free; in line: by-hand, c0"),
