@@ -2,7 +2,7 @@
 //! environment, its stderr collected line by line, its `/leader` read, its
 //! lines and exit awaited.
 
-use super::{BIN, Redis, eventually, example, free_port, http_get, send_signal};
+use super::{BIN, Redis, eventually, example, free_port, http_get, send_signal, within};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -79,9 +79,7 @@ impl Leaderd {
 
     /// Waits until `/leader` says this instance leads.
     pub fn wait_leading(&self, limit: Duration) {
-        eventually(limit, &format!("{} to lead", self.id), || {
-            self.is_leader().then_some(())
-        });
+        self.awaiting(limit, "to lead", || self.is_leader().then_some(()));
     }
 
     pub fn log(&self) -> Vec<String> {
@@ -90,8 +88,22 @@ impl Leaderd {
     }
 
     pub fn wait_log(&self, limit: Duration, needle: &str) -> String {
-        eventually(limit, &format!("{} to log {needle:?}", self.id), || {
+        self.awaiting(limit, &format!("to log {needle:?}"), || {
             self.log().into_iter().find(|l| l.contains(needle))
+        })
+    }
+
+    /// `probe`'s first answer within `limit`; on a timeout, fails with the
+    /// end of this instance's log: what it did instead.
+    fn awaiting<T>(&self, limit: Duration, what: &str, probe: impl FnMut() -> Option<T>) -> T {
+        within(limit, probe).unwrap_or_else(|| {
+            let log = self.log();
+            let tail = &log[log.len().saturating_sub(30)..];
+            panic!(
+                "timed out after {limit:?} waiting for {} {what}; the end of its log:\n{}",
+                self.id,
+                tail.join("\n")
+            )
         })
     }
 

@@ -68,16 +68,22 @@ pub fn free_cluster_port() -> u16 {
 }
 
 /// Polls `probe` until it returns `Some`, or panics with `what` after `limit`.
-pub fn eventually<T>(limit: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+pub fn eventually<T>(limit: Duration, what: &str, probe: impl FnMut() -> Option<T>) -> T {
+    within(limit, probe).unwrap_or_else(|| panic!("timed out after {limit:?} waiting for {what}"))
+}
+
+/// What `probe` answers first within `limit`, polled every 10 ms; `None`
+/// when it never answered: for a caller that says more than `eventually`
+/// on a timeout.
+pub fn within<T>(limit: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
     let start = Instant::now();
     loop {
         if let Some(v) = probe() {
-            return v;
+            return Some(v);
         }
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
+        if start.elapsed() >= limit {
+            return None;
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
 }
