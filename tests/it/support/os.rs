@@ -18,6 +18,34 @@ pub fn kill(pid: u32, signal: i32) {
     }
 }
 
+/// kill(2), then waits until a thread of `pid` has taken the signal (it is
+/// no longer pending process-wide), at most `limit`. Standard signals do
+/// not queue: a second one sent while the first is still pending (no thread
+/// of `pid` ran in between, as beside two CPU hogs) merges with it, and the
+/// process sees one.
+pub fn deliver(pid: u32, signal: i32, limit: std::time::Duration) {
+    kill(pid, signal);
+    let bit = 1u64 << (signal - 1);
+    let pending = || {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            return false;
+        };
+        status.lines().any(|l| {
+            l.strip_prefix("ShdPnd:")
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+                .is_some_and(|mask| mask & bit != 0)
+        })
+    };
+    let start = std::time::Instant::now();
+    while pending() {
+        assert!(
+            start.elapsed() < limit,
+            "signal {signal} still pending in {pid} after {limit:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+}
+
 /// Live (not zombie) processes whose parent is `parent`.
 pub fn children_of(parent: u32) -> Vec<i32> {
     super::live_processes(|ppid, _| ppid == parent as i32)
