@@ -28,7 +28,11 @@ fn scaled_rules() -> String {
         .replace("for: 5s", "for: 1s")
 }
 
-/// A candidate on `redis` whose worker is healthy while `ok` exists.
+/// A candidate on `redis` whose worker is healthy while `ok` exists. Its
+/// check is given a second, twice in a row, to fail: the subject is the
+/// alerts, and a check (a shell started) allowed 200 ms once failed beside
+/// two CPU hogs, so every worker was unhealthy before any fault (the
+/// fourteenth loaded run).
 fn candidate(redis: &Redis, key: &str, id: &str, ok: &Path, port: u16) -> Leaderd {
     let check = format!("test -e {}", path_str(ok));
     let url = redis.url();
@@ -39,11 +43,11 @@ fn candidate(redis: &Redis, key: &str, id: &str, ok: &Path, port: u16) -> Leader
             "--health-command",
             &check,
             "--health-interval",
-            "250ms",
+            "1s",
             "--health-timeout",
-            "200ms",
+            "1s",
             "--health-failures",
-            "1",
+            "2",
             "--",
             "sleep",
             "3600",
