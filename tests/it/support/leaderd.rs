@@ -97,14 +97,18 @@ impl Leaderd {
     /// end of this instance's log: what it did instead.
     fn awaiting<T>(&self, limit: Duration, what: &str, probe: impl FnMut() -> Option<T>) -> T {
         within(limit, probe).unwrap_or_else(|| {
-            let log = self.log();
-            let tail = &log[log.len().saturating_sub(30)..];
             panic!(
                 "timed out after {limit:?} waiting for {} {what}; the end of its log:\n{}",
                 self.id,
-                tail.join("\n")
+                self.tail()
             )
         })
+    }
+
+    /// The last 30 lines of its log, for a failure to say what it did.
+    fn tail(&self) -> String {
+        let log = self.log();
+        log[log.len().saturating_sub(30)..].join("\n")
     }
 
     pub fn signal(&self, signal: &str) {
@@ -122,11 +126,9 @@ impl Leaderd {
                 break status;
             }
             if began.elapsed() > limit {
-                let log = self.log();
-                let tail = &log[log.len().saturating_sub(30)..];
                 panic!(
                     "{id} had not exited after {limit:?}; the end of its log:\n{}",
-                    tail.join("\n")
+                    self.tail()
                 );
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -25,19 +25,8 @@ pub fn kill(pid: u32, signal: i32) {
 /// process sees one.
 pub fn deliver(pid: u32, signal: i32, limit: std::time::Duration) {
     kill(pid, signal);
-    let bit = 1u64 << (signal - 1);
-    let pending = || {
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-            return false;
-        };
-        status.lines().any(|l| {
-            l.strip_prefix("ShdPnd:")
-                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-                .is_some_and(|mask| mask & bit != 0)
-        })
-    };
     let start = std::time::Instant::now();
-    while pending() {
+    while signal_in(pid, signal, &["ShdPnd:"]) {
         assert!(
             start.elapsed() < limit,
             "signal {signal} still pending in {pid} after {limit:?}"
@@ -85,12 +74,18 @@ pub fn clock_ticks_per_second() -> u64 {
 
 /// Whether `signal` is caught or blocked by `pid`: its own code has started.
 pub fn handles_signal(pid: u32, signal: i32) -> bool {
+    signal_in(pid, signal, &["SigBlk:", "SigCgt:"])
+}
+
+/// Whether `signal` is set in any of the signal masks `fields` of
+/// `/proc/PID/status` (false when the process is gone).
+fn signal_in(pid: u32, signal: i32, fields: &[&str]) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return false;
     };
     let bit = 1u64 << (signal - 1);
     status.lines().any(|l| {
-        ["SigBlk:", "SigCgt:"].iter().any(|field| {
+        fields.iter().any(|field| {
             l.strip_prefix(field)
                 .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
                 .is_some_and(|mask| mask & bit != 0)
