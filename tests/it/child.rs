@@ -12,8 +12,11 @@ fn with_child(redis: &Redis, key: &str, id: &str, opts: &[&str], child: &[&str])
     support::on_redis(redis, key, id, &args)
 }
 
-fn probe_log(name: &str) -> PathBuf {
-    support::temp_dir(name).join("probe.log")
+/// A probe log in a scratch directory of its own, removed with the guard.
+fn probe_log(name: &str) -> (support::Scratch, PathBuf) {
+    let dir = support::Scratch::new(name);
+    let log = dir.join("probe.log");
+    (dir, log)
 }
 
 fn p(path: &Path) -> &str {
@@ -31,7 +34,7 @@ fn lease_key(key: &str) -> String {
 #[test]
 fn child_runs_only_on_the_leader_once_per_term_across_renewals() {
     let redis = Redis::start();
-    let log = probe_log("once");
+    let (_dir, log) = probe_log("once");
     let probe = probe_child();
     let child = [probe.as_str(), p(&log)];
     // DEBUG: the renewals counted below are routine transitions.
@@ -77,7 +80,7 @@ fn child_runs_only_on_the_leader_once_per_term_across_renewals() {
 #[test]
 fn twenty_graceful_handovers_never_overlap() {
     let redis = Redis::start();
-    let log = probe_log("handovers");
+    let (_dir, log) = probe_log("handovers");
     let probe = probe_child();
     let child = [probe.as_str(), p(&log)];
     let mut nodes: Vec<Leaderd> = (0..3)
@@ -155,7 +158,7 @@ fn twenty_graceful_handovers_never_overlap() {
 #[test]
 fn a_slow_graceful_stop_keeps_the_lease_meanwhile() {
     let redis = Redis::start();
-    let log = probe_log("slowstop");
+    let (_dir, log) = probe_log("slowstop");
     let probe = probe_child();
     let child = [probe.as_str(), p(&log), "--term-delay", "3000"];
     let mut a = with_child(&redis, "slowstop", "a", FAST, &child);
@@ -187,7 +190,7 @@ fn a_slow_graceful_stop_keeps_the_lease_meanwhile() {
 #[test]
 fn a_child_ignoring_sigterm_is_killed_at_stop_timeout_on_shutdown() {
     let redis = Redis::start();
-    let log = probe_log("ignore-term");
+    let (_dir, log) = probe_log("ignore-term");
     let probe = probe_child();
     let child = [probe.as_str(), p(&log), "--ignore-term"];
     let mut a = with_child(
@@ -220,7 +223,7 @@ fn a_child_ignoring_sigterm_is_killed_at_stop_timeout_on_shutdown() {
 #[test]
 fn a_child_ignoring_sigterm_dies_before_a_lost_lease_could_be_won_elsewhere() {
     let redis = Redis::start();
-    let log = probe_log("lost");
+    let (_dir, log) = probe_log("lost");
     let probe = probe_child();
     let child = [
         probe.as_str(),
@@ -328,7 +331,7 @@ fn sh_c_descendants_are_all_gone_after_a_step_down() {
 
 #[test]
 fn kill_9_of_leaderd_takes_the_child_and_grandchildren_along_even_after_idling() {
-    let dir = support::temp_dir("kill9");
+    let dir = support::Scratch::new("kill9");
     let log = dir.join("probe.log");
     let lock = dir.join("l.lock");
     let probe = probe_child();
@@ -373,7 +376,7 @@ fn kill_9_of_leaderd_takes_the_child_and_grandchildren_along_even_after_idling()
 
 #[test]
 fn on_child_exit_restart_keeps_leading_and_restarts_with_backoff() {
-    let dir = support::temp_dir("restart");
+    let dir = support::Scratch::new("restart");
     let log = dir.join("probe.log");
     let probe = probe_child();
     let a = Leaderd::run(
@@ -412,7 +415,7 @@ fn on_child_exit_restart_keeps_leading_and_restarts_with_backoff() {
 #[test]
 fn on_child_exit_release_hands_the_lease_to_another_candidate() {
     let redis = Redis::start();
-    let log = probe_log("release");
+    let (_dir, log) = probe_log("release");
     let probe = probe_child();
     let quitter = [probe.as_str(), p(&log), "--exit-after", "300", "0"];
     let a = with_child(&redis, "release", "a", FAST, &quitter);
@@ -430,7 +433,7 @@ fn on_child_exit_release_hands_the_lease_to_another_candidate() {
 fn on_child_exit_exit_maps_the_exit_code() {
     let probe = probe_child();
     for (how, want) in [("7", 7), ("signal:9", 137)] {
-        let dir = support::temp_dir(&format!("exit-{want}"));
+        let dir = support::Scratch::new(&format!("exit-{want}"));
         let log = dir.join("probe.log");
         let mut a = Leaderd::run(
             "a",
@@ -458,7 +461,7 @@ fn on_child_exit_exit_maps_the_exit_code() {
 
 #[test]
 fn signals_are_forwarded_to_the_child() {
-    let dir = support::temp_dir("forward");
+    let dir = support::Scratch::new("forward");
     let log = dir.join("probe.log");
     let probe = probe_child();
     let a = Leaderd::run(
@@ -510,7 +513,7 @@ fn guards_of(pid: u32) -> usize {
 
 #[test]
 fn a_standby_guard_does_not_hold_up_the_stop() {
-    let dir = support::temp_dir("standby");
+    let dir = support::Scratch::new("standby");
     let lock = dir.join("l");
     let log = dir.join("probe.log");
     let probe = probe_child();

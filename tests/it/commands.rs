@@ -126,7 +126,7 @@ fn a_wrong_password_is_logged_loudly_and_retried_slowly() {
 
 #[test]
 fn lock_file_elects_one_and_hands_over_within_a_second_of_kill_9() {
-    let dir = support::temp_dir("lockfile");
+    let dir = support::Scratch::new("lockfile");
     let lock = dir.join("jobs.lock");
     let lock = support::path_str(&lock);
     let mut a = Leaderd::run("a", &["--lock-file", lock]);
@@ -147,7 +147,7 @@ fn lock_file_elects_one_and_hands_over_within_a_second_of_kill_9() {
 
 #[test]
 fn embedded_default_runs_without_any_backend() {
-    let dir = support::temp_dir("default");
+    let dir = support::Scratch::new("default");
     let port = support::free_port().to_string();
     let http = format!("127.0.0.1:{port}");
     let (mut child, log) = support::spawn_with_env(
@@ -195,7 +195,7 @@ fn malformed_redis_url_exits_2_without_echoing_the_password() {
 fn taken_http_port_exits_2_naming_the_address() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let dir = support::temp_dir("port");
+    let dir = support::Scratch::new("port");
     let lock = dir.join("l.lock");
     let (code, _, err) = run_to_end(&[
         "run",
@@ -219,7 +219,7 @@ fn bad_flags_and_env_exit_2_naming_the_source() {
     let (code, err) = support::run_with_env(&["check"], &[("LEADERD_TTL", "")]);
     assert_eq!(code, 2);
     assert!(err.contains("LEADERD_TTL is set but empty"), "{err}");
-    let dir = support::temp_dir("badfile");
+    let dir = support::Scratch::new("badfile");
     let file = dir.join("leaderd.toml");
     std::fs::write(
         &file,
@@ -236,7 +236,7 @@ fn bad_flags_and_env_exit_2_naming_the_source() {
 
 #[test]
 fn json_logs_parse_and_transitions_carry_their_fields() {
-    let dir = support::temp_dir("json");
+    let dir = support::Scratch::new("json");
     let lock = dir.join("j.lock");
     let mut node = Leaderd::run(
         "j",
@@ -334,7 +334,7 @@ fn completions_and_manual_pages_come_from_the_command_line_definition() {
         "{page}"
     );
     assert!(page.contains("\\fB75\\fR"), "{page}");
-    let dir = support::temp_dir("man");
+    let dir = support::Scratch::new("man");
     let (code, _, err) = run_to_end(&["manpage", "--dir", support::path_str(&dir)]);
     assert_eq!(code, 0, "{err}");
     let run_page = std::fs::read_to_string(dir.join("leaderd-run.1")).unwrap();

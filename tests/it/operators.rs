@@ -130,8 +130,12 @@ fn leader_elector_endpoints_on_leader_and_standby() {
     }
 }
 
+/// Each transition is pushed as it happens: nothing polls or batches the
+/// stream. Unloaded a transition arrives within a few milliseconds; the
+/// bound below leaves a loaded machine room and still fails a stream that
+/// waits for a timer (the 1 s `retry:`, say) before it sends.
 #[test]
-fn events_stream_delivers_a_transition_within_100ms() {
+fn events_stream_delivers_each_transition_as_it_happens() {
     let redis = Redis::start();
     let a = on_redis(&redis, "events", "a", FAST);
     a.wait_leading(support::WAIT);
@@ -180,7 +184,7 @@ fn events_stream_delivers_a_transition_within_100ms() {
     }
     assert!(!delays.is_empty());
     assert!(
-        delays.iter().all(|d| *d < Duration::from_millis(100)),
+        delays.iter().all(|d| *d < Duration::from_millis(500)),
         "{delays:?}"
     );
 }
@@ -198,7 +202,7 @@ fn raw(port: u16, request: &[u8]) -> String {
 
 #[test]
 fn http_refuses_other_methods_oversized_requests_and_silent_clients() {
-    let dir = support::temp_dir("hardening");
+    let dir = support::Scratch::new("hardening");
     let node = Leaderd::run("h", &["--lock-file", support::path_str(&dir.join("l"))]);
     node.wait_leading(support::WAIT);
     for method in ["POST", "PUT", "DELETE"] {

@@ -126,6 +126,8 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, serde_json::Value)> {
     Some((code, json))
 }
 
+/// A fresh directory for a fixture (or the bench) that removes it itself; a
+/// test takes a [`Scratch`], so that nothing it writes outlives it.
 pub fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("leaderd-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
