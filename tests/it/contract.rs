@@ -302,7 +302,7 @@ fn status_and_check_answer() {
     for_each_backend(|scene| {
         let name = scene.name();
         let key = support::key("contract-status");
-        let backend = scene.args(&key);
+        let backend = scene.report_args(&key);
         let args = |cmd: &'static str| {
             let mut a = vec![cmd];
             a.extend(backend.iter().map(String::as_str));
@@ -477,7 +477,7 @@ fn one_node_frozen_past_the_ttl_leaves_a_leader_and_never_two() {
 /// machine lists nobody, and says so in `registry_error`).
 fn listed(scene: &dyn Scene, key: &str) -> Option<Vec<String>> {
     let mut args = vec!["status", "--json"];
-    let backend = scene.args(key);
+    let backend = scene.report_args(key);
     args.extend(backend.iter().map(String::as_str));
     let (_, out, _) = run_to_end(&args);
     let json: serde_json::Value = serde_json::from_str(out.trim()).ok()?;

@@ -8,6 +8,7 @@
 use crate::support;
 
 use std::time::{Duration, Instant};
+use support::backends::patient;
 use support::redlock::Masters;
 use support::{Leaderd, eventually, run_to_end};
 
@@ -240,7 +241,7 @@ fn a_partial_acquire_is_rolled_back_everywhere() {
         );
     }
     let mut status = vec!["status".to_string(), "--json".into()];
-    status.extend(masters.args(&key));
+    status.extend(patient(masters.args(&key)));
     let status: Vec<&str> = status.iter().map(String::as_str).collect();
     let (code, out, _) = run_to_end(&status);
     assert_eq!(code, 0, "{out}");
@@ -268,7 +269,7 @@ fn a_master_paused_during_the_acquire_is_outvoted_and_its_late_reply_harmless() 
         Some(())
     });
     let mut status = vec!["status".to_string(), "--json".into()];
-    status.extend(masters.args(&key));
+    status.extend(patient(masters.args(&key)));
     let status: Vec<&str> = status.iter().map(String::as_str).collect();
     let (code, out, _) = run_to_end(&status);
     assert_eq!(code, 0, "{out}");
@@ -364,7 +365,7 @@ fn no_holder_on_a_majority_is_contested() {
         masters.nodes[i].cmd(&["SET", &Masters::lease_key(&key), &value, "PX", "60000"]);
     }
     let mut args = vec!["status".to_string(), "--json".into()];
-    args.extend(masters.args(&key));
+    args.extend(patient(masters.args(&key)));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, out, err) = run_to_end(&args);
     assert_eq!(code, 3, "{out}{err}");

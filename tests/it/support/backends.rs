@@ -6,6 +6,22 @@ use super::{Redis, temp_dir};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// `args` with every store timeout long enough for one try on a new
+/// connection on a loaded machine, and a TTL that allows them (a timeout
+/// must stay under the renew interval, a Redlock node's within a tenth of
+/// the TTL). For every `status` or `check` a test reads.
+pub fn patient(mut args: Vec<String>) -> Vec<String> {
+    for i in 1..args.len() {
+        args[i] = match args[i - 1].as_str() {
+            "--redis-node-timeout" => "3s".into(),
+            flag if flag.starts_with("--") && flag.ends_with("-timeout") => "9s".into(),
+            _ => continue,
+        };
+    }
+    args.extend(["--ttl", "30s"].map(String::from));
+    args
+}
+
 /// A running backend and what the contract suite can do to it.
 pub trait Scene {
     /// The name in `leaderd::lease::names()`.
@@ -18,6 +34,14 @@ pub trait Scene {
     /// its timer).
     fn candidate_args(&self, key: &str, _i: usize) -> Vec<String> {
         self.args(key)
+    }
+    /// The flags for a one-shot report on `key` (`status`, `check`):
+    /// [`Scene::args`] with the store given seconds to answer. A report
+    /// makes one try, on a new connection (TLS and SCRAM included), where
+    /// a candidate's short timeout bounds only a try it makes again; beside
+    /// two CPU hogs PostgreSQL took over 200 ms to accept a connection.
+    fn report_args(&self, key: &str) -> Vec<String> {
+        patient(self.args(key))
     }
     /// How long the lease may still stand after its holder was SIGKILLed:
     /// `None` when the backend frees it at once (the kernel drops a lock).
@@ -828,6 +852,13 @@ impl Scene for ZkScene {
         ["--zookeeper", &self.zk.connect(), "--key", key]
             .map(String::from)
             .to_vec()
+    }
+    /// Candidates keep ZooKeeper's default request timeout (500 ms); a
+    /// report's dozen requests on a new session get seconds.
+    fn report_args(&self, key: &str) -> Vec<String> {
+        let mut args = self.args(key);
+        args.extend(["--zookeeper-timeout", "9s"].map(String::from));
+        patient(args)
     }
     /// The holder's session outlives it by the session timeout (the TTL)
     /// counted from when the servers last heard from it: at most a renew
