@@ -1,8 +1,10 @@
 //! The fixtures' own behaviour, where a test or the nemesis relies on it.
 
-use crate::support::proxy::Proxy;
+use crate::support::{self, proxy::Proxy};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 use std::time::Duration;
 use std::time::Instant;
 
@@ -50,4 +52,51 @@ fn the_proxy_slows_and_resets() {
     );
     let mut again = TcpStream::connect(("127.0.0.1", proxy.port)).unwrap();
     assert_eq!(round_trip(&mut again).unwrap(), 1);
+}
+
+/// The lock-based overlap checker (`support::born_beside_a_live_one`) fails
+/// on a planted overlap, and, where the stop-line count (`most_alive`)
+/// takes a child killed with SIGKILL for alive to the end, sees it end.
+#[test]
+fn the_exclusive_lock_finds_a_planted_overlap_and_sees_a_sigkill() {
+    let dir = support::Scratch::new(&format!("exclusive-{}", support::os::below(1 << 30)));
+    let lock = dir.join("exclusive");
+    let logs: Vec<PathBuf> = ["a", "b", "c"].iter().map(|n| dir.join(n)).collect();
+    let spawn = |log: &Path| {
+        let child = Command::new(support::probe_child())
+            .arg(log)
+            .arg("--exclusive")
+            .arg(&lock)
+            .spawn()
+            .expect("probe child");
+        support::eventually(support::WAIT, "the probe's start line", || {
+            support::probe_events(log)
+                .iter()
+                .any(|e| e.kind == "exclusive")
+                .then_some(())
+        });
+        child
+    };
+    let reap = |mut child: Child| {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    };
+    // Planted: b is born while a still runs.
+    let (a, b) = (spawn(&logs[0]), spawn(&logs[1]));
+    assert_eq!(support::born_beside_a_live_one(&logs[..2]), 1);
+    // Both killed with SIGKILL, so neither wrote a stop line; c comes after.
+    reap(a);
+    reap(b);
+    let c = spawn(&logs[2]);
+    assert_eq!(support::most_alive(&logs[2..]), 1);
+    assert!(
+        support::most_alive(&logs) > 1,
+        "stop lines alone see overlap"
+    );
+    assert_eq!(
+        support::born_beside_a_live_one(&logs),
+        1,
+        "c was born after a and b had died"
+    );
+    reap(c);
 }

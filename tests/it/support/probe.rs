@@ -91,3 +91,27 @@ pub fn most_alive(logs: &[PathBuf]) -> usize {
     }
     most as usize
 }
+
+/// How many children were born while an earlier one was still alive, for
+/// children run with `--exclusive LOCK` (one lock for all): each tries an
+/// exclusive `flock` on LOCK before its start line, and the kernel drops a
+/// dying process's lock before anyone can learn that it died. So this is
+/// exact whatever the scheduler does, and it sees the end of a child killed
+/// with SIGKILL (by the guard, when leaderd is starved), which writes no
+/// stop line and which [`most_alive`] therefore counts alive to the end.
+/// Panics when children started and none tried the lock (a child killed
+/// between its start line and its lock line tells nothing of its birth,
+/// but the lock it held still shows to any child born beside it).
+pub fn born_beside_a_live_one(logs: &[PathBuf]) -> usize {
+    let events: Vec<ProbeEvent> = logs.iter().flat_map(|l| probe_events(l)).collect();
+    let starts = events.iter().filter(|e| e.kind == "start").count();
+    let births: Vec<&ProbeEvent> = events.iter().filter(|e| e.kind == "exclusive").collect();
+    assert!(
+        starts == 0 || !births.is_empty(),
+        "children run without --exclusive: {events:#?}"
+    );
+    births
+        .iter()
+        .filter(|e| e.rest.first().map(String::as_str) != Some("free"))
+        .count()
+}

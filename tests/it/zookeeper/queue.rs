@@ -74,7 +74,9 @@ fn a_candidate_that_queued_second_while_joining_never_leads_before_the_first() {
     let start = |i: usize, connect: &str| {
         let args = ["--zookeeper", connect, "--key", &r.key, "--ttl", "30s"];
         let timeout = ["--zookeeper-timeout", "9s", "--retry-interval", "300ms"];
-        let child = ["--", &probe, support::path_str(&r.logs[i])];
+        let lock = r.logs[i].with_file_name("exclusive");
+        let (log, lock) = (support::path_str(&r.logs[i]), support::path_str(&lock));
+        let child = ["--", &probe, log, "--exclusive", lock];
         Leaderd::run(&format!("c{i}"), &[&args[..], &timeout, &child].concat())
     };
     let b = start(1, &b_gate.connect());
