@@ -106,7 +106,7 @@ impl Leaderd {
     }
 
     /// The last 30 lines of its log, for a failure to say what it did.
-    fn tail(&self) -> String {
+    pub fn tail(&self) -> String {
         let log = self.log();
         log[log.len().saturating_sub(30)..].join("\n")
     }

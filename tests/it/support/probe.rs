@@ -1,7 +1,7 @@
 //! What the probe children wrote (`examples/probe_child.rs`): their start and
 //! stop lines, and the invariants read from them.
 
-use super::{Leaderd, alive, eventually};
+use super::{Leaderd, alive, eventually, within};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -33,13 +33,24 @@ pub fn probe_events(log: &Path) -> Vec<ProbeEvent> {
         .collect()
 }
 
-/// The one candidate that leads, once exactly one does, and its token.
+/// The one candidate that leads, once exactly one does, and its token; on
+/// a timeout, the end of every candidate's log says what each did instead.
 pub fn the_leader(nodes: &[Leaderd], limit: Duration) -> (usize, u64) {
-    eventually(limit, "exactly one leader", || {
+    within(limit, || {
         let leading: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].is_leader()).collect();
         let [one] = leading[..] else { return None };
         let (_, body) = nodes[one].leader()?;
         Some((one, body["fencing_token"].as_u64()?))
+    })
+    .unwrap_or_else(|| {
+        let logs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("--- {}:\n{}", n.id, n.tail()))
+            .collect();
+        panic!(
+            "timed out after {limit:?} waiting for exactly one leader; the ends of their logs:\n{}",
+            logs.join("\n")
+        )
     })
 }
 
