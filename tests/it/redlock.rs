@@ -196,13 +196,12 @@ fn one_master_restarted_empty_again_and_again_never_makes_two_children() {
     let key = support::key("redlock-one-restart");
     let dir = support::Scratch::new(&format!("redlock-one-{}", support::os::below(1 << 30)));
     let logs: Vec<_> = ["a", "b", "c"].iter().map(|id| dir.join(id)).collect();
-    let (probe, lock) = (support::probe_child(), dir.join("exclusive"));
-    let lock = support::path_str(&lock);
     let nodes: Vec<Leaderd> = ["a", "b", "c"]
         .iter()
         .zip(&logs)
         .map(|(id, log)| {
-            let child = ["--", &probe, support::path_str(log), "--exclusive", lock];
+            let child = support::exclusive_probe(log);
+            let child: Vec<&str> = child.iter().map(String::as_str).collect();
             candidate(&masters, &key, id, &child)
         })
         .collect();
@@ -223,15 +222,11 @@ fn one_master_restarted_empty_again_and_again_never_makes_two_children() {
     // By the lock, which sees a child SIGKILLed by the guard end (the
     // nineteenth loaded run failed the stop-line count, which does not);
     // the candidates' logs if it finds an overlap.
-    let tails: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("--- {}:\n{}", n.id, n.tail()))
-        .collect();
     assert_eq!(
         support::born_beside_a_live_one(&logs),
         0,
         "two children ran at once:\n{}",
-        tails.join("\n")
+        support::tails(&nodes)
     );
     assert!(tokens.windows(2).all(|w| w[0] <= w[1]), "{tokens:?}");
 }

@@ -42,16 +42,13 @@ fn spawn_with_stderr(
 ) -> Child {
     let url = redis.url();
     let http = format!("127.0.0.1:{http}");
-    let probe = probe_child();
     let mut args = vec![
         "run", "--id", id, "--http", &http, "--redis", &url, "--key", key,
     ];
     args.extend_from_slice(FAST);
     args.extend_from_slice(extra);
-    // Children whose logs share a directory share one `--exclusive` lock.
-    let lock = log.with_file_name("exclusive");
-    let (log, lock) = (support::path_str(log), support::path_str(&lock));
-    args.extend_from_slice(&["--", &probe, log, "--exclusive", lock]);
+    let child = support::exclusive_probe(log);
+    args.extend(child.iter().map(String::as_str));
     support::command(&args)
         .stdout(Stdio::null())
         .stderr(stderr)
@@ -210,9 +207,8 @@ fn a_frozen_leaderd_has_its_child_killed_by_the_guard_before_another_starts() {
     let mut a = spawn_with_stderr(&redis, &key, "a", a_port, &[], &a_log, file.into());
     eventually(PATIENCE, "a to lead", || leads(a_port).then_some(()));
     let url = redis.url();
-    let (probe, lock) = (probe_child(), dir.join("exclusive"));
-    let (b_probe, lock) = (support::path_str(&b_log), support::path_str(&lock));
-    let b_child = ["--", &probe, b_probe, "--exclusive", lock];
+    let b_child = support::exclusive_probe(&b_log);
+    let b_child: Vec<&str> = b_child.iter().map(String::as_str).collect();
     let b_args = [&["--redis", &url, "--key", &key][..], FAST, &b_child].concat();
     let b = support::Leaderd::run("b", &b_args);
     b.wait_log(PATIENCE, "lease held by another candidate");

@@ -11,9 +11,7 @@ use crate::support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use support::zookeeper::ZooKeeper;
-use support::{
-    Leaderd, born_beside_a_live_one, eventually, probe_child, probe_events, run_to_end, the_leader,
-};
+use support::{Leaderd, born_beside_a_live_one, eventually, probe_events, run_to_end, the_leader};
 
 /// How long to wait for what happens by itself: the suite's bound, which
 /// holds on a loaded machine (10 s and 20 s fell short under two CPU hogs).
@@ -35,14 +33,9 @@ fn candidate(connect: &str, key: &str, id: &str, log: Option<&Path>) -> Leaderd 
         "--zookeeper-timeout",
         "300ms",
     ];
-    let probe = probe_child();
-    // Children whose logs share a directory share one `--exclusive` lock,
-    // the measure of overlap that sees a child killed with SIGKILL end.
-    let lock = log.map(|log| log.with_file_name("exclusive"));
-    if let (Some(log), Some(lock)) = (log, &lock) {
-        let (log, lock) = (support::path_str(log), support::path_str(lock));
-        args.extend(["--", &probe, log, "--exclusive", lock]);
-    }
+    // The measure of overlap that sees a child killed with SIGKILL end.
+    let child = log.map(support::exclusive_probe).unwrap_or_default();
+    args.extend(child.iter().map(String::as_str));
     Leaderd::run(id, &args)
 }
 

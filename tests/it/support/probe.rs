@@ -33,6 +33,26 @@ pub fn probe_events(log: &Path) -> Vec<ProbeEvent> {
         .collect()
 }
 
+/// `-- probe LOG --exclusive LOCK`, the child command line of a candidate
+/// whose overlap [`born_beside_a_live_one`] judges: children whose logs
+/// share a directory share the lock `exclusive` there.
+pub fn exclusive_probe(log: &Path) -> Vec<String> {
+    let lock = log.with_file_name("exclusive");
+    let (log, lock) = (super::path_str(log), super::path_str(&lock));
+    ["--", &super::probe_child(), log, "--exclusive", lock]
+        .map(String::from)
+        .to_vec()
+}
+
+/// The end of every candidate's log, for a failure to say what each did.
+pub fn tails(nodes: &[Leaderd]) -> String {
+    let tails: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("--- {}:\n{}", n.id, n.tail()))
+        .collect();
+    tails.join("\n")
+}
+
 /// The one candidate that leads, once exactly one does, and its token; on
 /// a timeout, the end of every candidate's log says what each did instead.
 pub fn the_leader(nodes: &[Leaderd], limit: Duration) -> (usize, u64) {
@@ -43,13 +63,9 @@ pub fn the_leader(nodes: &[Leaderd], limit: Duration) -> (usize, u64) {
         Some((one, body["fencing_token"].as_u64()?))
     })
     .unwrap_or_else(|| {
-        let logs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("--- {}:\n{}", n.id, n.tail()))
-            .collect();
         panic!(
             "timed out after {limit:?} waiting for exactly one leader; the ends of their logs:\n{}",
-            logs.join("\n")
+            tails(nodes)
         )
     })
 }

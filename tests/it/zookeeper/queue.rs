@@ -7,7 +7,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 use support::zk_gate::ZkGate;
 use support::zookeeper::ZooKeeper;
-use support::{Leaderd, eventually, probe_child, probe_events, the_leader};
+use support::{Leaderd, eventually, probe_events, the_leader};
 
 /// Found by the nemesis (seed 9010): a leader whose queue node was gone
 /// kept leading, so a later deletion of its lease node let the next in
@@ -70,13 +70,11 @@ fn a_candidate_that_queued_second_while_joining_never_leads_before_the_first() {
     let b_gate = ZkGate::start(port, format!("{}/c-", r.key).as_bytes());
     let a_gate = ZkGate::start(port, format!("{}/leader", r.key).as_bytes());
     // Calls held at a gate are answered late, not lost: patience to match.
-    let probe = probe_child();
     let start = |i: usize, connect: &str| {
         let args = ["--zookeeper", connect, "--key", &r.key, "--ttl", "30s"];
         let timeout = ["--zookeeper-timeout", "9s", "--retry-interval", "300ms"];
-        let lock = r.logs[i].with_file_name("exclusive");
-        let (log, lock) = (support::path_str(&r.logs[i]), support::path_str(&lock));
-        let child = ["--", &probe, log, "--exclusive", lock];
+        let child = support::exclusive_probe(&r.logs[i]);
+        let child: Vec<&str> = child.iter().map(String::as_str).collect();
         Leaderd::run(&format!("c{i}"), &[&args[..], &timeout, &child].concat())
     };
     let b = start(1, &b_gate.connect());
