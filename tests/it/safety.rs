@@ -39,7 +39,7 @@ fn spawn_with_stderr(
     extra: &[&str],
     log: &Path,
     stderr: Stdio,
-) -> Child {
+) -> os::Reaped {
     let url = redis.url();
     let http = format!("127.0.0.1:{http}");
     let mut args = vec![
@@ -49,11 +49,12 @@ fn spawn_with_stderr(
     args.extend_from_slice(extra);
     let child = support::exclusive_probe(log);
     args.extend(child.iter().map(String::as_str));
-    support::command(&args)
+    let child = support::command(&args)
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
-        .expect("spawn leaderd")
+        .expect("spawn leaderd");
+    os::Reaped(child)
 }
 
 fn leads(port: u16) -> bool {
@@ -288,7 +289,7 @@ fn exhausted_file_descriptors_make_the_http_api_back_off_not_spin() {
             Ok(())
         });
     }
-    let mut a = cmd.spawn().expect("spawn leaderd");
+    let mut a = os::Reaped(cmd.spawn().expect("spawn leaderd"));
     eventually(PATIENCE, "a to lead", || leads(port).then_some(()));
     let flood: Vec<_> = (0..64)
         .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok())

@@ -279,7 +279,7 @@ fn an_inherited_signal_mask_ignored_sigterm_and_open_fds_are_not_passed_on() {
             Ok(())
         });
     }
-    let mut leaderd = cmd.spawn().expect("spawn leaderd");
+    let mut leaderd = support::os::Reaped(cmd.spawn().expect("spawn leaderd"));
     let inherited = eventually(PATIENCE, "the child's first line", || {
         probe_events(&log)
             .into_iter()

@@ -146,3 +146,30 @@ pub fn metric(port: u16, series: &str) -> Option<f64> {
 pub fn below(n: u64) -> u64 {
     (mono_ns() as u64 ^ (mono_ns() as u64 >> 17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) % n
 }
+
+/// A process a test spawned itself, killed and reaped when the test ends,
+/// failed or not: a panicking test must not leave a leaderd running (a
+/// failed frozen-leaderd test once left one, still renewing into nothing,
+/// for hours).
+pub struct Reaped(pub std::process::Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        // SIGKILL ends a stopped process too; its guard then kills the child.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
