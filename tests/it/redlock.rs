@@ -7,6 +7,8 @@
 
 use crate::support;
 
+mod unread;
+
 use std::time::{Duration, Instant};
 use support::backends::patient;
 use support::redlock::Masters;

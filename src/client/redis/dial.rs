@@ -56,7 +56,7 @@ impl Dial {
             tracing::debug!(error = %e, "could not preload the lease scripts");
         }
         let start = if self.track_start {
-            super::restarts::read_start(&self.url, &mut conn, deadline).await
+            super::restarts::read_start(&self.url, &mut conn, deadline).await?
         } else {
             None
         };

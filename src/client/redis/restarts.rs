@@ -2,7 +2,10 @@
 //! a master that restarted less than a TTL ago may have lost a lease that
 //! still stands, and must not vote a new holder in until a TTL has passed).
 
+use super::classify::has_code;
+use crate::client::Error;
 use redis::aio::MultiplexedConnection;
+use redis::{ErrorKind, RedisError, ServerErrorKind};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -22,36 +25,64 @@ pub(crate) struct Uptime {
     read: Instant,
 }
 
-/// Reads `INFO server`'s `run_id` and `uptime_in_seconds`; `None` without
-/// an answer (no `+info` in the ACL, or none by `deadline`).
+/// Reads `INFO server`'s `run_id` and `uptime_in_seconds`.
+///
+/// `Ok(None)` when the server will not say: its ACL lacks `+info`, the
+/// command is renamed away, or the reply has no run id; a restart of such
+/// a master goes unseen, as documented. `Err` when it gave no answer by
+/// `deadline` (or failed otherwise, `LOADING` among others): such a
+/// connection must not be used, since a master that restarted empty
+/// would then count as warm and vote a new holder in beside a lease that
+/// still stands (a candidate whose reconnection ran out of time on this
+/// read, beside two CPU hogs, used to go on as if nothing had restarted).
 pub(crate) async fn read_start(
     url: &str,
     conn: &mut MultiplexedConnection,
     deadline: Instant,
-) -> Option<Uptime> {
+) -> Result<Option<Uptime>, Error> {
     let mut cmd = redis::cmd("INFO");
     cmd.arg("server");
     let info = cmd.query_async::<String>(conn);
+    let unread = |why: String| Error::Connection {
+        backend: url.to_string(),
+        detail: format!(
+            "could not read when the master started ({why}); a restart would go unseen, so this connection is not used and the next request connects again"
+        ),
+    };
     let text = match tokio::time::timeout_at(deadline, info).await {
         Ok(Ok(text)) => text,
-        Ok(Err(e)) => {
+        Ok(Err(e)) if refused(&e) => {
             tracing::debug!(error = %e, server = %url, "cannot read INFO server; a restart of this master goes unseen");
-            return None;
+            return Ok(None);
         }
-        Err(_) => return None,
+        Ok(Err(e)) => return Err(unread(format!("INFO server failed: {e}"))),
+        Err(_) => return Err(unread("no answer to INFO server in time".into())),
     };
     let field = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
             .map(str::trim)
     };
-    let run_id = field("run_id")?.to_string();
-    let uptime = field("uptime_in_seconds")?.parse::<u64>().ok()?;
-    Some(Uptime {
-        run_id,
+    let (Some(run_id), Some(uptime)) = (
+        field("run_id"),
+        field("uptime_in_seconds").and_then(|u| u.parse::<u64>().ok()),
+    ) else {
+        tracing::debug!(server = %url, "INFO server gave no run id or uptime; a restart of this master goes unseen");
+        return Ok(None);
+    };
+    Ok(Some(Uptime {
+        run_id: run_id.to_string(),
         uptime: Duration::from_secs(uptime),
         read: Instant::now(),
-    })
+    }))
+}
+
+/// The server answered that it will not run `INFO` for us: a lasting
+/// choice of its operator, not a passing failure.
+fn refused(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
+        || has_code(e, &["NOPERM"])
+        || e.to_string().contains("unknown command")
 }
 
 /// Updates what is known of the server's start. A run id other than the

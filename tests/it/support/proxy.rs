@@ -6,6 +6,8 @@
 //! every connection it carries (a middlebox or a server dropping them);
 //! blackholed, the connections it carries lose everything from then on
 //! while new ones work (half-open: a NAT or firewall that forgot them).
+//! A request that contains a given needle can be held back on its own,
+//! with what follows it on its connection (one slow command).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -29,7 +31,13 @@ struct Links {
     open: Arc<Mutex<Vec<TcpStream>>>,
     /// Each connection's "drop everything" switch, for [`Proxy::blackhole`].
     dead: Arc<Mutex<Vec<Arc<AtomicBool>>>>,
+    /// A client's chunk that contains these bytes waits this much longer,
+    /// for [`Proxy::hold_requests_with`].
+    held: Arc<Held>,
 }
+
+/// A needle, and how much longer a client's chunk that contains it waits.
+type Held = Mutex<Option<(Vec<u8>, Duration)>>;
 
 fn wait_thawed(frozen: &AtomicBool) {
     while frozen.load(Ordering::SeqCst) {
@@ -65,11 +73,16 @@ impl Proxy {
                         frozen: ice,
                         delay: shared.delay,
                         dead,
+                        held: None,
+                    };
+                    let upstream = Link {
+                        held: Some(shared.held),
+                        ..link.clone()
                     };
                     pipe(
                         client.try_clone().expect("clone"),
                         server.try_clone().expect("clone"),
-                        link.clone(),
+                        upstream,
                     );
                     pipe(server, client, link);
                 });
@@ -108,6 +121,13 @@ impl Proxy {
         }
     }
 
+    /// From now on, a chunk a client sends that contains `needle` crosses
+    /// `delay` late, and what follows it on that connection behind it (a
+    /// server slow to answer one command); `None` ends it.
+    pub fn hold_requests_with(&self, hold: Option<(&[u8], Duration)>) {
+        *self.links.held.lock().unwrap() = hold.map(|(needle, delay)| (needle.to_vec(), delay));
+    }
+
     /// A partition: nothing crosses until [`Proxy::thaw`]; connections stay
     /// open, so neither side learns of it but by silence.
     pub fn freeze(&self) {
@@ -134,6 +154,19 @@ struct Link {
     frozen: Arc<AtomicBool>,
     delay: Arc<AtomicU64>,
     dead: Arc<AtomicBool>,
+    /// Client to server only: see [`Proxy::hold_requests_with`].
+    held: Option<Arc<Held>>,
+}
+
+/// How much longer than the others `chunk` waits.
+fn extra(held: Option<&Held>, chunk: &[u8]) -> Duration {
+    let Some(held) = held else {
+        return Duration::ZERO;
+    };
+    match &*held.lock().unwrap() {
+        Some((needle, delay)) if chunk.windows(needle.len()).any(|w| w == &needle[..]) => *delay,
+        _ => Duration::ZERO,
+    }
 }
 
 /// Copies `from` to `to` until either side closes: a reader thread stamps
@@ -144,6 +177,7 @@ fn pipe(mut from: TcpStream, mut out: TcpStream, link: Link) {
         frozen,
         delay,
         dead,
+        held,
     } = link;
     let (chunks, due) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
     let ice = frozen.clone();
@@ -171,7 +205,9 @@ fn pipe(mut from: TcpStream, mut out: TcpStream, link: Link) {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    let at = Instant::now() + Duration::from_millis(delay.load(Ordering::SeqCst));
+                    let at = Instant::now()
+                        + Duration::from_millis(delay.load(Ordering::SeqCst))
+                        + extra(held.as_deref(), &buf[..n]);
                     if chunks.send((at, buf[..n].to_vec())).is_err() {
                         break;
                     }
