@@ -217,7 +217,7 @@ fn a_child_ignoring_sigterm_is_killed_at_stop_timeout_on_shutdown() {
         died >= Duration::from_millis(900),
         "killed after {died:?}, before the 1s stop timeout"
     );
-    assert_eq!(a.wait_exit(Duration::from_secs(5)).code(), Some(0));
+    assert_eq!(a.wait_exit(support::WAIT).code(), Some(0));
 }
 
 #[test]
@@ -279,7 +279,7 @@ fn a_child_ignoring_sigterm_dies_before_a_lost_lease_could_be_won_elsewhere() {
         "work dead {:?} after the key was overwritten",
         overwritten.elapsed()
     );
-    a.wait_log(Duration::from_secs(2), "from=\"pausing\" to=\"waiting\"");
+    a.wait_log(support::WAIT, "from=\"pausing\" to=\"waiting\"");
 }
 
 #[test]
@@ -366,9 +366,9 @@ fn kill_9_of_leaderd_takes_the_child_and_grandchildren_along_even_after_idling()
     );
     assert_eq!(of_kind(&probe_events(&log), "start").len(), 1);
     a.signal("KILL");
-    a.wait_exit(Duration::from_secs(2));
+    a.wait_exit(support::WAIT);
     eventually(
-        Duration::from_secs(1),
+        support::WAIT,
         "child and grandchildren to die with leaderd",
         || pids.iter().all(|p| !alive(*p)).then_some(()),
     );
@@ -426,7 +426,7 @@ fn on_child_exit_release_hands_the_lease_to_another_candidate() {
         "b to lead after a's child exited",
         || b.is_leader().then_some(()),
     );
-    a.wait_log(Duration::from_secs(1), "reason=\"child exited\"");
+    a.wait_log(support::WAIT, "reason=\"child exited\"");
 }
 
 #[test]

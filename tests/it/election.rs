@@ -90,9 +90,9 @@ fn sigterm_hands_over_long_before_the_ttl() {
     let (leader, token) = one_leader(&nodes.iter().collect::<Vec<_>>(), support::WAIT);
     let signalled = Instant::now();
     nodes[leader].signal("TERM");
-    let status = nodes[leader].wait_exit(Duration::from_secs(5));
+    let status = nodes[leader].wait_exit(support::WAIT);
     assert_eq!(status.code(), Some(0), "clean exit after SIGTERM");
-    nodes[leader].wait_log(Duration::from_secs(1), "lease released");
+    nodes[leader].wait_log(support::WAIT, "lease released");
     let old = nodes.remove(leader);
     // The key no longer names the old leader: it deleted it on its way out.
     let holder = redis.get(&lease_key(&key));
@@ -141,11 +141,8 @@ fn overwritten_key_is_noticed_at_the_next_renewal() {
         "PX",
         "60000",
     ]);
-    node.wait_log(
-        Duration::from_secs(3),
-        "reason=\"lease lost to another token\"",
-    );
-    node.wait_log(Duration::from_secs(3), "from=\"pausing\" to=\"waiting\"");
+    node.wait_log(support::WAIT, "reason=\"lease lost to another token\"");
+    node.wait_log(support::WAIT, "from=\"pausing\" to=\"waiting\"");
     let log = node.log();
     let path: Vec<&str> = log
         .iter()
@@ -176,10 +173,7 @@ fn fencing_tokens_increase_across_handovers_and_a_redis_restart() {
         let (leader, token) = one_leader(&nodes.iter().collect::<Vec<_>>(), support::WAIT);
         tokens.push(token);
         nodes[leader].signal("TERM");
-        assert_eq!(
-            nodes[leader].wait_exit(Duration::from_secs(5)).code(),
-            Some(0)
-        );
+        assert_eq!(nodes[leader].wait_exit(support::WAIT).code(), Some(0));
         nodes[leader] = start(&redis, &key, &format!("n{}", round + 2), FAST);
     }
     let (_, before_restart) = one_leader(&nodes.iter().collect::<Vec<_>>(), support::WAIT);
@@ -287,7 +281,7 @@ fn a_release_wakes_a_few_waiters_and_is_announced_on_the_channel() {
     });
 
     leader.signal("TERM");
-    assert!(leader.wait_exit(Duration::from_secs(5)).success());
+    assert!(leader.wait_exit(support::WAIT).success());
     let announced: String = pubsub
         .get_message()
         .expect("release announced")

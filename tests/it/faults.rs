@@ -71,7 +71,7 @@ fn redis_unreachable_at_start_keeps_trying_and_shuts_down_cleanly() {
     assert!(node.running(), "does not exit while Redis is unreachable");
     assert_eq!(node.get("/healthz").map(|r| r.0), Some(200));
     node.signal("TERM");
-    assert_eq!(node.wait_exit(Duration::from_secs(5)).code(), Some(0));
+    assert_eq!(node.wait_exit(support::WAIT).code(), Some(0));
     let log = node.log().join("\n");
     assert!(
         log.contains("from=\"waiting\" to=\"releasing\" reason=\"shutdown requested\""),
@@ -89,7 +89,7 @@ fn sigterm_while_acquiring_against_a_paused_redis_exits_cleanly() {
     waiter.wait_log(support::WAIT, "lease held by another candidate");
     redis.pause();
     waiter.signal("TERM");
-    let status = waiter.wait_exit(Duration::from_secs(5));
+    let status = waiter.wait_exit(support::WAIT);
     redis.resume();
     assert_eq!(status.code(), Some(0));
 }
@@ -98,9 +98,11 @@ fn sigterm_while_acquiring_against_a_paused_redis_exits_cleanly() {
 fn a_timed_out_acquire_that_won_is_recognised_by_its_token() {
     let redis = Redis::start();
     let key = support::key("ambiguous");
-    // Writes (and scripts) wait 1.5s: the first acquire times out on the
-    // client after 200ms but runs on the server when the pause ends.
-    redis.cmd(&["CLIENT", "PAUSE", "1500", "WRITE"]);
+    // Writes (and scripts) wait until the test ends the pause: the first
+    // acquire times out on the client after 200ms but runs on the server
+    // then. (A pause of 1.5 s could end before a leaderd started beside
+    // two CPU hogs had tried.)
+    redis.cmd(&["CLIENT", "PAUSE", "600000", "WRITE"]);
     let url = redis.url();
     let node = Leaderd::run(
         "a",
@@ -118,17 +120,22 @@ fn a_timed_out_acquire_that_won_is_recognised_by_its_token() {
         ],
     );
     node.wait_log(support::WAIT, "did not answer within");
+    redis.cmd(&["CLIENT", "UNPAUSE"]);
+    let lease_key = format!("leaderd:{{{key}}}:lease");
+    let won = eventually(support::WAIT, "the timed-out acquire to run", || {
+        let stored: serde_json::Value = serde_json::from_str(&redis.get(&lease_key)?).ok()?;
+        stored["fencing_token"].as_u64()
+    });
     // Had the token been forgotten, the next attempt would be refused by our
-    // own stale lease and wait out its 8s TTL.
-    eventually(
-        Duration::from_secs(5),
-        "a to lead on the lease its timed-out attempt won",
-        || node.is_leader().then_some(()),
-    );
+    // own stale lease, wait out its 8s TTL and win again with a larger
+    // fencing token.
+    node.wait_leading(support::WAIT);
     let (_, body) = node.leader().unwrap();
-    let stored: serde_json::Value =
-        serde_json::from_str(&redis.get(&format!("leaderd:{{{key}}}:lease")).unwrap()).unwrap();
-    assert_eq!(stored["fencing_token"], body["fencing_token"]);
+    assert_eq!(
+        body["fencing_token"].as_u64(),
+        Some(won),
+        "a leads on the lease its timed-out attempt won"
+    );
     // The log line comes through leaderd's log thread, which may trail
     // `/leader` on a loaded machine (CI once counted 0 here).
     node.wait_log(support::WAIT, "reason=\"lease acquired\"");
@@ -168,12 +175,13 @@ fn a_candidate_taking_its_own_lease_again_gets_a_larger_token() {
     let token = |n: &Leaderd| n.leader().unwrap().1["fencing_token"].as_u64().unwrap();
     let first = token(&node);
     redis.pause();
-    // The renew deadline (2.67 s) comes before the lease's expiry (4 s).
-    eventually(Duration::from_secs(5), "a to step down", || {
+    // The renew deadline (2.67 s) comes before the lease's expiry (4 s);
+    // what is awaited here is the step-down, not its speed.
+    eventually(support::WAIT, "a to step down", || {
         (!node.is_leader()).then_some(())
     });
     redis.resume();
-    node.wait_leading(Duration::from_secs(10));
+    node.wait_leading(support::WAIT);
     let second = token(&node);
     assert!(second > first, "{second} > {first}");
 }

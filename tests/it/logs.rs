@@ -87,7 +87,7 @@ fn a_refused_login_is_retried_slowly_and_a_standby_exits_quietly() {
     );
     assert!(started.elapsed() < Duration::from_secs(10));
     node.signal("TERM");
-    assert!(node.wait_exit(Duration::from_secs(5)).success());
+    assert!(node.wait_exit(support::WAIT).success());
     let noise: Vec<String> = node
         .log()
         .into_iter()
@@ -103,7 +103,7 @@ fn a_clean_shutdown_logs_no_warning() {
     let mut node = support::on_redis(&redis, "clean-exit", "a", support::FAST);
     node.wait_leading(support::WAIT);
     node.signal("TERM");
-    assert!(node.wait_exit(Duration::from_secs(5)).success());
+    assert!(node.wait_exit(support::WAIT).success());
     let warnings: Vec<String> = node
         .log()
         .into_iter()

@@ -49,7 +49,7 @@ fn metrics_after_a_handover_agree_with_leader() {
         }
     }
     nodes[first].signal("TERM");
-    nodes[first].wait_exit(Duration::from_secs(5));
+    nodes[first].wait_exit(support::WAIT);
     nodes.remove(first);
     let leader = eventually(
         Duration::from_secs(5),
@@ -294,7 +294,7 @@ fn secrets_appear_in_no_output() {
     let (_, status_out, status_err) =
         run_to_end(&["status", "--redis", &url, "--key", "sec", "--json"]);
     node.signal("TERM");
-    node.wait_exit(Duration::from_secs(5));
+    node.wait_exit(support::WAIT);
     let outputs = [
         leader.to_string(),
         metrics.to_string(),

@@ -47,7 +47,7 @@ fn elected_and_demoted_are_posted_and_signed() {
         (receiver.requests().len() == 1).then_some(())
     });
     a.signal("TERM");
-    assert_eq!(a.wait_exit(Duration::from_secs(5)).code(), Some(0));
+    assert_eq!(a.wait_exit(support::WAIT).code(), Some(0));
     let requests = eventually(support::WAIT, "demoted to arrive", || {
         let r = receiver.requests();
         (r.len() == 2).then_some(r)
