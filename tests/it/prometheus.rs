@@ -119,7 +119,18 @@ fn the_dashboard_answers_and_the_alerts_fire_and_resolve_on_a_real_prometheus() 
         &[("match[]", "leader_election_master_status")],
     );
     assert_eq!(names, Some(serde_json::json!([key])));
-    assert!(prometheus.alerts().is_empty(), "{:?}", prometheus.alerts());
+    // None fires before any fault. One may be pending: beside two CPU hogs
+    // a scrape of the leader can fail, and the standbys alone sum to 0 for
+    // an evaluation (the twenty-second loaded run); `for` is there so that
+    // such a moment never fires.
+    let alerts = prometheus.alerts();
+    assert!(
+        alerts.iter().all(|a| a.state != "firing"),
+        "an alert fires before any fault: {alerts:?}"
+    );
+    if !alerts.is_empty() {
+        eprintln!("pending before any fault: {alerts:?}");
+    }
 
     // No leader: the standbys' workers fail, then the leader is killed.
     for (i, ok) in oks.iter().enumerate() {
