@@ -13,24 +13,10 @@ use support::{Leaderd, eventually};
 const INFO: &[u8] = b"INFO\r\n$6\r\nserver";
 
 fn candidate(urls: &[String], key: &str, id: &str, log: &std::path::Path) -> Leaderd {
-    let mut args: Vec<String> = urls
-        .iter()
-        .flat_map(|u| ["--redis".to_string(), u.clone()])
-        .collect();
+    let mut args = Masters::args_for(urls, key);
     // A TTL long enough that a's guard is still far from its kill when b,
     // as it once did, wins at once on the two restarted masters.
-    args.extend(
-        [
-            "--key",
-            key,
-            "--redis-node-timeout",
-            "100ms",
-            "--ttl",
-            "10s",
-        ]
-        .iter()
-        .map(|s| s.to_string()),
-    );
+    args.extend(["--ttl", "10s"].map(String::from));
     args.extend(support::exclusive_probe(log));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Leaderd::run(id, &args)

@@ -25,10 +25,17 @@ impl Masters {
     /// run it: with a frozen master that bound must cost no operation
     /// anything (issue #36).
     pub fn args(&self, key: &str) -> Vec<String> {
+        let urls: Vec<String> = self.nodes.iter().map(|n| n.url()).collect();
+        Self::args_for(&urls, key)
+    }
+
+    /// [`Masters::args`] with the masters reached at `urls` (proxies in
+    /// front of some, say).
+    pub fn args_for(urls: &[String], key: &str) -> Vec<String> {
         let mut args = Vec::new();
-        for node in &self.nodes {
+        for url in urls {
             args.push("--redis".to_string());
-            args.push(node.url());
+            args.push(url.clone());
         }
         args.extend(["--key", key, "--redis-node-timeout", "100ms"].map(String::from));
         args
