@@ -250,6 +250,11 @@ impl<'c> Runner<'c> {
                 let leading = self.state.leading().map(|l| l.fencing_token);
                 let verdict = self.succession.judge(&records, leading, now);
                 self.outranked = verdict.outranked;
+                if verdict.chosen {
+                    tracing::info!(
+                        "leading as the successor step-down --to named: this term is not handed over to a candidate of higher priority"
+                    );
+                }
                 let (to, theirs) = verdict.hand_over?;
                 let mine = self.succession.priority();
                 tracing::info!(successor = %to, priority = %theirs, own_priority = %mine, "handing over to a candidate of higher priority");

@@ -5,7 +5,11 @@
 //! leader hands over to the best candidate that outranks it once it has
 //! seen that same candidate registered for `--handover-delay` (the new pod
 //! has settled), so a rolling update moves leadership once, to the first
-//! new candidate, and a candidate that comes and goes moves nothing.
+//! new candidate, and a candidate that comes and goes moves nothing. The
+//! delay counts while leading, from the start of the term at the earliest,
+//! so no term is handed over before it has lasted that long. A term won as
+//! the successor the old leader named (`step-down --to`) is not handed over
+//! by priority at all: the operator's choice stands until that term ends.
 
 use crate::lease::registry::Record;
 use crate::priority::Priority;
@@ -25,6 +29,11 @@ pub(super) struct Succession {
     shunned: Option<(String, Instant)>,
     /// How long the next shunning lasts: doubled each time, to a cap.
     backoff: Duration,
+    /// The term we lead (its fencing token), and whether we won it as the
+    /// named successor.
+    term: Option<(u64, bool)>,
+    /// The last reading named us as successor.
+    named: bool,
 }
 
 /// A hand-over whose successor does not lead is seen as this candidate
@@ -46,6 +55,8 @@ pub(super) struct Verdict {
     /// Leading, and the best of them has been seen for the delay: hand over
     /// to it (its id and priority).
     pub hand_over: Option<(String, Priority)>,
+    /// This reading is the first of a term won as the named successor.
+    pub chosen: bool,
 }
 
 impl Succession {
@@ -58,6 +69,8 @@ impl Succession {
             handed: None,
             shunned: None,
             backoff: delay * FIRST_BACKOFF,
+            term: None,
+            named: false,
         }
     }
 
@@ -92,6 +105,24 @@ impl Succession {
             (Some(b), Some((id, since))) if b.id == id => Some((id, since)),
             (Some(b), _) => Some((b.id.clone(), now)),
         };
+        // A successor named by the leader (`step-down --to`) comes first:
+        // it defers to nobody, and everyone else defers to it.
+        let named = records.iter().find_map(|r| r.successor.as_deref());
+        let named_me = named == Some(self.me.as_str());
+        let began = leading.filter(|t| self.term.is_none_or(|(term, _)| term != *t));
+        if let Some(token) = began {
+            // The name may be gone from this first reading as leader (the
+            // old leader names us for a TTL after its release): the last
+            // reading as a standby counts too.
+            self.term = Some((token, named_me || self.named));
+            if let Some((_, since)) = &mut self.seen {
+                *since = now;
+            }
+        } else if leading.is_none() {
+            self.term = None;
+        }
+        self.named = named_me;
+        let chosen = began.is_some() && self.term.is_some_and(|(_, named)| named);
         if let (Some(token), Some((to, at, then))) = (leading, &self.handed)
             && token != *then
         {
@@ -121,26 +152,25 @@ impl Succession {
                 .as_ref()
                 .is_some_and(|(s, until)| s == id && now < *until)
         };
+        let kept = self.term.is_some_and(|(_, named)| named);
         let hand_over = match (best, &self.seen, leading) {
             (Some(b), Some((_, since)), Some(token))
-                if now.duration_since(*since) >= self.delay && !shunned(&b.id) =>
+                if now.duration_since(*since) >= self.delay && !shunned(&b.id) && !kept =>
             {
                 self.handed = Some((b.id.clone(), now, token));
                 Some((b.id.clone(), b.priority.clone()))
             }
             _ => None,
         };
-        // A successor named by the leader (`step-down --to`) comes first:
-        // it defers to nobody, and everyone else defers to it.
-        let named = records.iter().find_map(|r| r.successor.as_deref());
         let outranked = match named {
-            Some(id) if id == self.me => 0,
+            Some(_) if named_me => 0,
             Some(_) => above.len().max(1),
             None => above.len(),
         };
         Verdict {
             outranked: u8::try_from(outranked).unwrap_or(u8::MAX),
             hand_over,
+            chosen,
         }
     }
 }
@@ -254,6 +284,54 @@ mod tests {
         assert_eq!(other.judge(&records, None, t0).outranked, 1);
     }
 
+    /// Found by a loaded run (`priority::step_down_to_hands_the_lease_to_
+    /// the_named_candidate`): the named successor, outranked by another
+    /// standby it had seen for longer than the delay, handed its new term
+    /// over 7 ms after winning it.
+    #[test]
+    fn a_term_won_as_the_named_successor_is_not_handed_over_by_priority() {
+        let t0 = Instant::now();
+        let mut old = record("old", "1", None, 0);
+        old.successor = Some("me".into());
+        let higher = vec![record("h", "9", None, 0)];
+        let named = [old, higher[0].clone()];
+        let mut s = Succession::new("me", Priority::default(), 10 * S);
+        // Standing by, named, beside a higher candidate for a minute.
+        let v = s.judge(&named, None, t0);
+        assert_eq!((v.outranked, v.chosen), (0, false));
+        s.judge(&named, None, t0 + 60 * S);
+        // Leading: the old leader's name may still be listed, or gone.
+        let v = s.judge(&higher, Some(1), t0 + 61 * S);
+        assert_eq!((v.hand_over, v.chosen), (None, true));
+        for after in [62, 90, 600] {
+            let v = s.judge(&higher, Some(1), t0 + after * S);
+            assert_eq!((v.hand_over, v.chosen), (None, false), "{after} s");
+        }
+        // Its term over, the next one is an ordinary term: handed over a
+        // delay after it began.
+        s.judge(&higher, None, t0 + 601 * S);
+        let v = s.judge(&higher, Some(2), t0 + 602 * S);
+        assert_eq!((v.hand_over, v.chosen), (None, false));
+        let v = s.judge(&higher, Some(2), t0 + 612 * S);
+        assert_eq!(v.hand_over.map(|(id, _)| id).as_deref(), Some("h"));
+    }
+
+    /// A standby that has seen a higher candidate for long and then wins a
+    /// vacancy all the same (the higher one was slow, or unhealthy then)
+    /// leads for a delay before it hands over: no term started only to be
+    /// stopped at its first reading.
+    #[test]
+    fn the_delay_counts_from_the_start_of_the_term() {
+        let t0 = Instant::now();
+        let mut s = Succession::new("me", Priority::default(), 10 * S);
+        let b = vec![record("b", "2", None, 5)];
+        assert_eq!(s.judge(&b, None, t0).outranked, 1);
+        assert_eq!(s.judge(&b, None, t0 + 60 * S).hand_over, None);
+        assert_eq!(s.judge(&b, Some(1), t0 + 61 * S).hand_over, None);
+        assert_eq!(s.judge(&b, Some(1), t0 + 70 * S).hand_over, None);
+        assert!(s.judge(&b, Some(1), t0 + 71 * S).hand_over.is_some());
+    }
+
     /// A crashed leader's record outlives it (issue #47: a record lapses
     /// two registry heartbeats after its last write) and still says it
     /// leads: the candidate that took over never hands over to it, though
@@ -319,8 +397,10 @@ mod tests {
         assert!(!hands(&mut s, Some(3), 139 * S));
         assert!(hands(&mut s, Some(3), 141 * S));
         // A new term long after the hand-over (b led, then went): no
-        // verdict on b, the back-off starts over.
-        assert!(hands(&mut s, Some(4), 10 * 60 * S));
+        // verdict on b, the back-off starts over; the delay counts from the
+        // term's start.
+        assert!(!hands(&mut s, Some(4), 10 * 60 * S));
+        assert!(hands(&mut s, Some(4), 10 * 60 * S + 10 * S));
         assert!(
             !hands(&mut s, Some(5), 11 * 60 * S),
             "shunned for 40 s, not 160 s"

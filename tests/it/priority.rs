@@ -193,6 +193,24 @@ fn step_down_to_hands_the_lease_to_the_named_candidate() {
     assert!(support::most_alive(&logs) <= 1, "two children at once");
     // The handover was the release: a's log names it.
     a.wait_log(WAIT, "handing over to the candidate step-down --to named");
+    // The operator's choice stands: c, outranked by b for longer than the
+    // hand-over delay, keeps the term it was handed. (A loaded run found
+    // c handing it to b 7 ms after winning it.) Three delays of c's
+    // readings every renew interval; a slow machine can only make this
+    // window prove less, never fail it.
+    c.wait_log(
+        WAIT,
+        "this term is not handed over to a candidate of higher priority",
+    );
+    std::thread::sleep(3 * Duration::from_secs(2));
+    assert_eq!(starts(&logs[1]), 0, "b took the lease from the named c");
+    assert!(
+        !c.log()
+            .iter()
+            .any(|l| l.contains("handing over to a candidate of higher priority")),
+        "the named c handed its term over by priority:\n{}",
+        c.log().join("\n")
+    );
 }
 
 /// A higher candidate that is registered and healthy but cannot take the
