@@ -46,7 +46,7 @@ pub(crate) async fn read_start(
     let unread = |why: String| Error::Connection {
         backend: url.to_string(),
         detail: format!(
-            "could not read when the master started ({why}); a restart would go unseen, so this connection is not used and the next request connects again"
+            "could not read when the master started ({why}); a restart would go unseen, so this connection is not used and the next request connects again; if this repeats, the master is loading its data or answers slower than --redis-timeout allows (check its load, or raise --redis-timeout)"
         ),
     };
     let text = match tokio::time::timeout_at(deadline, info).await {
