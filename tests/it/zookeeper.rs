@@ -39,21 +39,22 @@ fn candidate(connect: &str, key: &str, id: &str, log: Option<&Path>) -> Leaderd 
     Leaderd::run(id, &args)
 }
 
-/// `check`'s report on `key`, given time: its subject is the report, and
-/// its default request timeout (500 ms) is less than ZooKeeper beside two
-/// CPU hogs always answers in (the tenth loaded run failed here).
+/// What a one-off command (`check`, `status`) is given when its subject is
+/// its report, not its speed: the default request timeout (500 ms) is less
+/// than a new ZooKeeper session beside two CPU hogs always takes (the
+/// tenth and twenty-fifth loaded runs failed on it). 9 s fits in half the
+/// renew interval of a 30 s TTL, as the timeout must.
+const PATIENT: [&str; 4] = ["--ttl", "30s", "--zookeeper-timeout", "9s"];
+
+/// `check`'s report on `key`, given time.
 fn check(zk: &ZooKeeper, key: &str) -> String {
-    let (code, out, err) = run_to_end(&[
-        "check",
-        "--zookeeper",
-        &zk.connect(),
-        "--key",
-        key,
-        "--ttl",
-        "30s",
-        "--zookeeper-timeout",
-        "9s",
-    ]);
+    let connect = zk.connect();
+    let args = [
+        &["check", "--zookeeper", &connect, "--key", key][..],
+        &PATIENT,
+    ]
+    .concat();
+    let (code, out, err) = run_to_end(&args);
     assert_eq!(code, 0, "{out}{err}");
     out
 }
@@ -293,17 +294,13 @@ fn a_release_wakes_exactly_one_waiter() {
             .collect()
     };
     let out = eventually(PATIENCE, "status to list all four", || {
-        let (code, out, err) = run_to_end(&[
-            "status",
-            "--zookeeper",
-            &zk.connect(),
-            "--key",
-            &key,
-            "--zookeeper-timeout",
-            "9s",
-            "--ttl",
-            "30s",
-        ]);
+        let connect = zk.connect();
+        let args = [
+            &["status", "--zookeeper", &connect, "--key", &key][..],
+            &PATIENT,
+        ]
+        .concat();
+        let (code, out, err) = run_to_end(&args);
         assert_eq!(code, 0, "{out}{err}");
         (listed(&out).len() == 4).then_some(out)
     });
@@ -348,18 +345,11 @@ fn digest_users_own_their_nodes_and_a_wrong_password_is_refused() {
     let zk = ZooKeeper::start(1);
     let connect = zk.connect();
     let check = |password: &str| {
-        let out = support::command(&[
-            "check",
-            "--key",
-            "auth",
-            "--zookeeper",
-            &connect,
-            "--zookeeper-user",
-            "app",
-        ])
-        .env("LEADERD_ZOOKEEPER_PASSWORD", password)
-        .output()
-        .expect("run leaderd");
+        let args = ["check", "--key", "auth", "--zookeeper", &connect];
+        let out = support::command(&[&args[..], &["--zookeeper-user", "app"], &PATIENT].concat())
+            .env("LEADERD_ZOOKEEPER_PASSWORD", password)
+            .output()
+            .expect("run leaderd");
         let said = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -391,18 +381,25 @@ fn bad_input_is_a_clear_exit_2() {
         c.create("/locked", b"", &read_only).await.expect("created");
     });
     let at = |rest: &str| format!("127.0.0.1:{port}{rest}");
+    // Each with a TTL whose renew interval leaves room for a patient
+    // request timeout, so that the refusal, not a slow session, answers.
+    let patient = |rest: &str, ttl: &str| {
+        let timeout = ["--zookeeper-timeout", "9s", "--ttl", ttl];
+        [&["--zookeeper", &at(rest)][..], &timeout]
+            .concat()
+            .iter()
+            .map(|a| a.to_string())
+            .collect()
+    };
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec!["--zookeeper".into(), "127.0.0.1".into()],
             "has no port",
         ),
         (vec!["--zookeeper".into(), at("/")], "`/` is empty"),
-        (
-            vec!["--zookeeper".into(), at(""), "--ttl".into(), "90s".into()],
-            "negotiated a session timeout",
-        ),
-        (vec!["--zookeeper".into(), at("/missing")], "does not exist"),
-        (vec!["--zookeeper".into(), at("/locked")], "no permission"),
+        (patient("", "90s"), "negotiated a session timeout"),
+        (patient("/missing", "30s"), "does not exist"),
+        (patient("/locked", "30s"), "no permission"),
     ];
     for (args, says) in cases {
         for cmd in ["check", "run"] {
