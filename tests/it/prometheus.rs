@@ -95,7 +95,12 @@ fn the_dashboard_answers_and_the_alerts_fire_and_resolve_on_a_real_prometheus() 
     let mut nodes: Vec<Leaderd> = (0..3)
         .map(|i| candidate(&redis, &key, &format!("c{i}"), &oks[i], ports[i]))
         .collect();
-    let prometheus = Prometheus::start(JOB, &targets, &scaled_rules(), "500ms");
+    // Scraped (and evaluated) every second, each scrape allowed a second:
+    // a failed scrape makes its series stale at once, which restarts an
+    // alert's `for`, and scrapes allowed 500 ms failed beside two CPU hogs
+    // often enough that LeaderdMoreThanOneLeader did not fire within 30 s
+    // (the twenty-sixth loaded run).
+    let prometheus = Prometheus::start(JOB, &targets, &scaled_rules(), "1s");
     let (leader, _) = support::the_leader(&nodes, WAIT);
     for target in &targets[..3] {
         eventually(WAIT, &format!("Prometheus to scrape {target}"), || {
@@ -141,16 +146,15 @@ fn the_dashboard_answers_and_the_alerts_fire_and_resolve_on_a_real_prometheus() 
     }
     let t0 = Instant::now();
     nodes[leader].signal("KILL");
-    let pending = eventually(WAIT, "LeaderdNoLeader to be pending", || {
-        match prometheus.alert_state("LeaderdNoLeader").as_deref() {
-            Some("pending") => Some(at(t0)),
-            Some("firing") => panic!("LeaderdNoLeader fired without being seen pending"),
-            _ => None,
-        }
-    });
-    let firing = eventually(WAIT, "LeaderdNoLeader to fire", || {
-        (prometheus.alert_state("LeaderdNoLeader").as_deref() == Some("firing")).then(|| at(t0))
-    });
+    let seen = prometheus.wait_alert("LeaderdNoLeader", "to be pending", WAIT, |s| s.is_some());
+    assert_eq!(
+        seen.as_deref(),
+        Some("pending"),
+        "LeaderdNoLeader fired without being seen pending"
+    );
+    let pending = at(t0);
+    prometheus.wait_alert("LeaderdNoLeader", "to fire", WAIT, |s| s == Some("firing"));
+    let firing = at(t0);
     let alert = prometheus
         .alerts()
         .into_iter()
@@ -163,14 +167,10 @@ fn the_dashboard_answers_and_the_alerts_fire_and_resolve_on_a_real_prometheus() 
     std::fs::write(&oks[back], "").unwrap();
     nodes[back].wait_leading(WAIT);
     let led = at(t0);
-    let resolved = eventually(WAIT, "LeaderdNoLeader to resolve", || {
-        prometheus
-            .alert_state("LeaderdNoLeader")
-            .is_none()
-            .then(|| at(t0))
-    });
+    prometheus.wait_alert("LeaderdNoLeader", "to resolve", WAIT, |s| s.is_none());
+    let resolved = at(t0);
     eprintln!(
-        "LeaderdNoLeader (for 3s, scrapes every 500ms): leader killed at 0s → pending {pending} → firing {firing} → {} leads {led} → resolved {resolved}",
+        "LeaderdNoLeader (for 3s, scrapes every 1s): leader killed at 0s → pending {pending} → firing {firing} → {} leads {led} → resolved {resolved}",
         nodes[back].id
     );
     assert_eq!(prometheus.alert_state("LeaderdMoreThanOneLeader"), None);
@@ -194,22 +194,16 @@ fn the_dashboard_answers_and_the_alerts_fire_and_resolve_on_a_real_prometheus() 
     );
     stray.wait_leading(WAIT);
     let led = at(t1);
-    let firing = eventually(WAIT, "LeaderdMoreThanOneLeader to fire", || {
-        (prometheus
-            .alert_state("LeaderdMoreThanOneLeader")
-            .as_deref()
-            == Some("firing"))
-        .then(|| at(t1))
-    });
+    let fires = |s: Option<&str>| s == Some("firing");
+    prometheus.wait_alert("LeaderdMoreThanOneLeader", "to fire", WAIT, fires);
+    let firing = at(t1);
     stray.signal("TERM");
     stray.wait_exit(WAIT);
     let stopped = at(t1);
-    let resolved = eventually(WAIT, "LeaderdMoreThanOneLeader to resolve", || {
-        prometheus
-            .alert_state("LeaderdMoreThanOneLeader")
-            .is_none()
-            .then(|| at(t1))
+    prometheus.wait_alert("LeaderdMoreThanOneLeader", "to resolve", WAIT, |s| {
+        s.is_none()
     });
+    let resolved = at(t1);
     eprintln!(
         "LeaderdMoreThanOneLeader (for 1s): a second leader started at 0s, leads {led} → firing {firing} → stopped {stopped} → resolved {resolved}"
     );
