@@ -69,6 +69,56 @@ fn renewals(port: u16) -> f64 {
     .unwrap_or(0.0)
 }
 
+/// Where a leaderd that does not exit is: each thread's state and kernel
+/// wait channel, its children (zombies too) and theirs, and the end of its
+/// probe child's log. (The twenty-eighth loaded run saw one neither exit
+/// nor log for 20 s after SIGKILLing a child that had ignored SIGTERM for
+/// 10 s, its stderr a pipe the test was draining.)
+fn stuck(pid: i32, probe: &Path) -> String {
+    let read = |path: String| std::fs::read_to_string(path).unwrap_or_default();
+    let mut lines = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    for task in tasks.flatten() {
+        let tid = task.file_name().to_string_lossy().into_owned();
+        let stat = read(format!("/proc/{pid}/task/{tid}/stat"));
+        let state = stat.rfind(')').map_or("?", |i| &stat[i + 2..i + 3]);
+        let comm = read(format!("/proc/{pid}/task/{tid}/comm"));
+        let wchan = read(format!("/proc/{pid}/task/{tid}/wchan"));
+        lines.push(format!("thread {tid} {} {state} in {wchan}", comm.trim()));
+    }
+    let mut parents = vec![pid];
+    while let Some(parent) = parents.pop() {
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(p) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if let Some((state, ppid, pgrp)) = support::proc_stat(p)
+                && ppid == parent
+            {
+                let cmd = read(format!("/proc/{p}/cmdline")).replace('\0', " ");
+                let wchan = read(format!("/proc/{p}/wchan"));
+                lines.push(format!(
+                    "process {p} (of {parent}, group {pgrp}) {state} in {wchan}: {cmd}"
+                ));
+                parents.push(p);
+            }
+        }
+    }
+    let events = probe_events(probe);
+    let last: Vec<String> = events[events.len().saturating_sub(5)..]
+        .iter()
+        .map(|e| format!("{} {} {}", e.kind, e.pid, e.ns))
+        .collect();
+    lines.push(format!("the probe's last events: {last:?}"));
+    lines.join("\n")
+}
+
 fn wait_exit(child: &mut Child, limit: Duration) -> i32 {
     let status = eventually(limit, "leaderd to exit", || child.try_wait().expect("wait"));
     status.code().unwrap_or(-1)
@@ -133,7 +183,12 @@ fn stalled_stderr(level: &str) {
     });
     let lines: Vec<&str> = text.lines().collect();
     let tail = &lines[lines.len().saturating_sub(30)..];
-    let code = code.unwrap_or_else(|| panic!("a did not exit within {PATIENCE:?}: {tail:#?}"));
+    let code = code.unwrap_or_else(|| {
+        panic!(
+            "a did not exit within {PATIENCE:?}: {tail:#?}\n{}",
+            stuck(a.id() as i32, &a_log)
+        )
+    });
     assert_eq!(code.code(), Some(0), "{tail:#?}");
 }
 
