@@ -147,9 +147,10 @@ fn the_dashboard_answers_and_the_alerts_fire_and_resolve_on_a_real_prometheus() 
     let t0 = Instant::now();
     nodes[leader].signal("KILL");
     // Pending, then firing: that the rule has its `for` is promtool's to
-    // prove (`scripts/check-deploy` runs `leaderd-alerts.test.yml`); here the pending moment is printed
-    // when seen. A poll of Prometheus's API beside two CPU hogs can take
-    // longer than the 3 s it lasts (the twenty-ninth loaded run).
+    // prove (`scripts/check-deploy` runs `leaderd-alerts.test.yml`); here
+    // the pending moment is printed when seen. A poll of Prometheus's API
+    // beside two CPU hogs can take longer than the 3 s it lasts (the
+    // twenty-ninth loaded run).
     let seen = prometheus.wait_alert("LeaderdNoLeader", "to be pending", WAIT, |s| s.is_some());
     let pending = match seen.as_deref() {
         Some("pending") => at(t0),
