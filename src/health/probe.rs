@@ -7,6 +7,7 @@
 
 use super::Probe;
 use crate::config::redact_url;
+use crate::work::reap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -137,8 +138,10 @@ async fn command(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
+    // Claimed until this function returns, after its status is read: the
+    // child supervisor, which reaps leaderd's other children, leaves it be.
+    let (mut child, _claim) = match reap::spawn_claimed(|| cmd.spawn(), |c| c.id()) {
+        Ok(spawned) => spawned,
         Err(e) => return fail(format!("cannot run it: {e}")),
     };
     let pid = child.id();

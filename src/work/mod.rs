@@ -10,6 +10,7 @@
 pub mod child;
 pub mod guard;
 pub mod process;
+pub mod reap;
 pub mod webhook;
 
 use crate::metrics::Metrics;

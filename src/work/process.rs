@@ -216,19 +216,11 @@ pub fn become_subreaper() {
     }
 }
 
-/// Reaps every exited child without blocking: (pid, exit code as a shell
-/// reports it, 128+N for signal N).
-pub fn reap_all() -> Vec<(i32, i32)> {
-    let mut reaped = Vec::new();
-    loop {
-        let mut status = 0;
-        // SAFETY: plain syscall with a valid out-pointer.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        if pid <= 0 {
-            return reaped;
-        }
-        reaped.push((pid, exit_code(status)));
-    }
+/// Reaps every exited child without blocking, whoever waits for it: only
+/// for leaderd's exit (the supervisor reaps through [`super::reap`]).
+fn reap_all() {
+    // SAFETY: plain syscall; WNOHANG with a null status pointer.
+    while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
 }
 
 /// SIGKILLs every child leaderd has (guards, children adopted as their
@@ -265,7 +257,8 @@ pub fn kill_and_reap_all_children(limit: std::time::Duration) -> bool {
     }
 }
 
-fn exit_code(status: i32) -> i32 {
+/// The exit code as a shell reports it: 128+N for signal N.
+pub(super) fn exit_code(status: i32) -> i32 {
     if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else if libc::WIFSIGNALED(status) {
@@ -278,6 +271,19 @@ fn exit_code(status: i32) -> i32 {
 /// `(pid, ppid, pgrp)` of the live processes with a PID of at least
 /// `min_pid`, from `/proc/*/stat`.
 fn processes(min_pid: i32) -> Vec<(i32, i32, i32)> {
+    scan(min_pid)
+        .into_iter()
+        .filter(|&(.., zombie)| !zombie)
+        .map(|(pid, ppid, pgrp, _)| (pid, ppid, pgrp))
+        .collect()
+}
+
+/// `(pid, ppid, pgrp, zombie)` of every process, exited ones included.
+pub(super) fn all_processes() -> Vec<(i32, i32, i32, bool)> {
+    scan(1)
+}
+
+fn scan(min_pid: i32) -> Vec<(i32, i32, i32, bool)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -291,7 +297,7 @@ fn processes(min_pid: i32) -> Vec<(i32, i32, i32)> {
             let state = fields.next()?;
             let ppid = fields.next()?.parse().ok()?;
             let pgrp = fields.next()?.parse().ok()?;
-            (state != "Z").then_some((pid, ppid, pgrp))
+            Some((pid, ppid, pgrp, state == "Z"))
         })
         .collect()
 }

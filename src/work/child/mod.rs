@@ -342,7 +342,7 @@ impl Supervisor {
     }
 
     fn reap(&mut self) {
-        for (pid, code) in process::reap_all() {
+        for (pid, code) in super::reap::reap_unclaimed() {
             if self.standby.as_ref().is_some_and(|g| g.pid() == pid) {
                 tracing::warn!(pid, "the standby guard process died; starting another");
                 self.standby = None;

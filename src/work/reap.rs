@@ -1,0 +1,151 @@
+//! Which of leaderd's exited children the child supervisor may reap.
+//!
+//! leaderd is the parent of more than the work: the health command is
+//! spawned through tokio, which waits for it by PID. A `waitpid(-1)` in the
+//! supervisor would take that exit status first, and the health check
+//! would fail with "cannot wait for it" (ECHILD) while the worker is fine.
+//! So the children someone else waits for are *claimed* here, under a lock
+//! held from before their spawn until their PID is noted, and the
+//! supervisor reaps every other child by PID: the work, the guards, and the
+//! orphans it adopts as subreaper, which nobody else would ever reap.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// PIDs of children another part of leaderd waits for itself.
+static CLAIMED: Mutex<Option<HashSet<i32>>> = Mutex::new(None);
+
+fn claimed() -> MutexGuard<'static, Option<HashSet<i32>>> {
+    // The set stays consistent whatever panicked while it was held.
+    CLAIMED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A child spawned by [`spawn_claimed`]: the supervisor leaves it alone
+/// until this is dropped, which must be after its exit status was read.
+#[derive(Debug)]
+pub struct Claim(i32);
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(set) = claimed().as_mut() {
+            set.remove(&self.0);
+        }
+    }
+}
+
+/// Spawns a child that its caller waits for itself. The lock is held
+/// across the spawn, so the supervisor never sees the child exited and not
+/// yet claimed, however soon it exits.
+pub fn spawn_claimed<C>(
+    spawn: impl FnOnce() -> std::io::Result<C>,
+    pid: impl Fn(&C) -> Option<u32>,
+) -> std::io::Result<(C, Option<Claim>)> {
+    let mut set = claimed();
+    let child = spawn()?;
+    let claim = pid(&child).and_then(|p| i32::try_from(p).ok()).map(|p| {
+        set.get_or_insert_with(HashSet::new).insert(p);
+        Claim(p)
+    });
+    Ok((child, claim))
+}
+
+/// Reaps every exited child of leaderd that nobody claimed, without
+/// blocking: (pid, exit code as a shell reports it, 128+N for signal N).
+pub fn reap_unclaimed() -> Vec<(i32, i32)> {
+    let set = claimed();
+    let mut reaped = Vec::new();
+    for pid in children() {
+        if set.as_ref().is_some_and(|s| s.contains(&pid)) {
+            continue;
+        }
+        let mut status = 0;
+        // SAFETY: plain syscall with a valid out-pointer, on our own child.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            reaped.push((pid, super::process::exit_code(status)));
+        }
+    }
+    reaped
+}
+
+/// leaderd's children, live or exited: from each thread's `children` file
+/// (a child is listed under the thread that spawned it, an adopted orphan
+/// under one the kernel picked), or by reading every process's parent when
+/// the kernel was built without those files.
+fn children() -> Vec<i32> {
+    listed().unwrap_or_else(|| {
+        let me = std::process::id() as i32;
+        super::process::all_processes()
+            .into_iter()
+            .filter(|&(_, ppid, ..)| ppid == me)
+            .map(|(pid, ..)| pid)
+            .collect()
+    })
+}
+
+/// `None` when the kernel has no `children` files. A thread that exits
+/// while they are read hands its children to another, maybe one already
+/// read: then they are read again.
+fn listed() -> Option<Vec<i32>> {
+    'again: loop {
+        let mut pids = Vec::new();
+        for task in std::fs::read_dir("/proc/self/task").ok()? {
+            let Ok(task) = task else { continue 'again };
+            match std::fs::read_to_string(task.path().join("children")) {
+                Ok(text) => pids.extend(
+                    text.split_whitespace()
+                        .filter_map(|p| p.parse::<i32>().ok()),
+                ),
+                Err(_) if task.path().exists() => return None,
+                Err(_) => continue 'again,
+            }
+        }
+        return Some(pids);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    fn zombie(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+    }
+
+    fn await_zombie(pid: i32) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !zombie(pid) {
+            assert!(Instant::now() < until, "{pid} did not exit");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A claimed child's exit status stays for its owner to read; an
+    /// unclaimed one is reaped (one test, so no other test's reap races it).
+    #[test]
+    fn a_claimed_child_is_left_to_its_owner_and_others_are_reaped() {
+        let (mut owned, claim) =
+            spawn_claimed(|| Command::new("true").spawn(), |c| Some(c.id())).unwrap();
+        let pid = owned.id() as i32;
+        await_zombie(pid);
+        reap_unclaimed();
+        assert!(zombie(pid), "the supervisor took a claimed child's status");
+        assert!(owned.wait().unwrap().success(), "its owner reads it");
+        drop(claim);
+
+        // Left for reap_unclaimed to reap: what this test checks.
+        #[allow(clippy::zombie_processes)]
+        let stray = Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+        let pid = stray.id() as i32;
+        await_zombie(pid);
+        let reaped = reap_unclaimed();
+        assert!(reaped.contains(&(pid, 3)), "{reaped:?}");
+        let owned = owned.id() as i32;
+        assert!(
+            !claimed().as_ref().is_some_and(|s| s.contains(&owned)),
+            "unclaimed on drop"
+        );
+    }
+}
