@@ -216,13 +216,6 @@ pub fn become_subreaper() {
     }
 }
 
-/// Reaps every exited child without blocking, whoever waits for it: only
-/// for leaderd's exit (the supervisor reaps through [`super::reap`]).
-fn reap_all() {
-    // SAFETY: plain syscall; WNOHANG with a null status pointer.
-    while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
-}
-
 /// SIGKILLs every child leaderd has (guards, children adopted as their
 /// subreaper) and reaps them until none is left. `false` if some were still
 /// there after `limit`.
@@ -231,7 +224,7 @@ pub fn kill_and_reap_all_children(limit: std::time::Duration) -> bool {
     let started = std::time::Instant::now();
     let until = started + limit;
     loop {
-        reap_all();
+        super::reap::reap_any();
         // SAFETY: plain syscall; WNOHANG with a null status pointer.
         let left = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
         if left < 0 {

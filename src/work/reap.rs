@@ -53,8 +53,13 @@ pub fn spawn_claimed<C>(
 /// blocking: (pid, exit code as a shell reports it, 128+N for signal N).
 pub fn reap_unclaimed() -> Vec<(i32, i32)> {
     let set = claimed();
+    let Some(children) = children() else {
+        // Without /proc nothing tells leaderd's children apart: all are
+        // reaped, as before claims existed (a health check may then fail).
+        return reap_any();
+    };
     let mut reaped = Vec::new();
-    for pid in children() {
+    for pid in children {
         if set.as_ref().is_some_and(|s| s.contains(&pid)) {
             continue;
         }
@@ -70,16 +75,34 @@ pub fn reap_unclaimed() -> Vec<(i32, i32)> {
 /// leaderd's children, live or exited: from each thread's `children` file
 /// (a child is listed under the thread that spawned it, an adopted orphan
 /// under one the kernel picked), or by reading every process's parent when
-/// the kernel was built without those files.
-fn children() -> Vec<i32> {
-    listed().unwrap_or_else(|| {
+/// the kernel was built without those files. `None` without `/proc`.
+fn children() -> Option<Vec<i32>> {
+    if !std::path::Path::new("/proc/self/task").exists() {
+        return None;
+    }
+    listed().or_else(|| {
         let me = std::process::id() as i32;
-        super::process::all_processes()
-            .into_iter()
-            .filter(|&(_, ppid, ..)| ppid == me)
-            .map(|(pid, ..)| pid)
-            .collect()
+        let all = super::process::all_processes().into_iter();
+        Some(
+            all.filter(|&(_, ppid, ..)| ppid == me)
+                .map(|(pid, ..)| pid)
+                .collect(),
+        )
     })
+}
+
+/// Reaps every exited child, whoever waits for it.
+pub(super) fn reap_any() -> Vec<(i32, i32)> {
+    let mut reaped = Vec::new();
+    loop {
+        let mut status = 0;
+        // SAFETY: plain syscall with a valid out-pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return reaped;
+        }
+        reaped.push((pid, super::process::exit_code(status)));
+    }
 }
 
 /// `None` when the kernel has no `children` files. A thread that exits
