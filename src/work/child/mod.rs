@@ -32,6 +32,11 @@ use tokio_util::sync::CancellationToken;
 /// How long leaderd waits, on exit, for what it killed to be reaped: SIGKILL
 /// takes effect at once unless a process is stuck in the kernel.
 const EXIT_REAP_LIMIT: Duration = Duration::from_secs(2);
+/// While a child runs, and while it is stopped, its exit is also looked for
+/// this often, should the SIGCHLD that reports it never come: a stop must
+/// not wait forever on one signal's delivery.
+const REAP_POLL: Duration = Duration::from_secs(1);
+const REAP_POLL_STOPPING: Duration = Duration::from_millis(100);
 /// How long after start-up, or after the spare guard was used for a child,
 /// the next spare guard is spawned.
 const STANDBY_DELAY: Duration = Duration::from_millis(250);
@@ -144,7 +149,7 @@ pub async fn supervise(
                 Some(Command::Deadline(deadline)) => s.feed(Event::Deadline(deadline)),
                 None => break,
             },
-            _ = chld.recv() => s.reap(),
+            _ = chld.recv() => s.reap(false),
             _ = hup.recv() => s.feed(Event::Forward { signal: libc::SIGHUP }),
             _ = usr1.recv() => s.feed(Event::Forward { signal: libc::SIGUSR1 }),
             _ = usr2.recv() => s.feed(Event::Forward { signal: libc::SIGUSR2 }),
@@ -163,10 +168,19 @@ async fn sleep_until(at: Option<Instant>) {
 
 impl Supervisor {
     fn next_timer(&self) -> Option<Instant> {
-        match (self.state.next_timer(Instant::now()), self.standby_due) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let now = Instant::now();
+        let poll = self.group.as_ref().map(|_| {
+            let stopping = matches!(self.state.phase, state::Phase::Stopping { .. });
+            now + if stopping {
+                REAP_POLL_STOPPING
+            } else {
+                REAP_POLL
+            }
+        });
+        [self.state.next_timer(now), self.standby_due, poll]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Steps the machine with `event` and carries out its actions, with the
@@ -341,13 +355,20 @@ impl Supervisor {
         }
     }
 
-    fn reap(&mut self) {
+    /// Reaps what has exited; `polled` when no SIGCHLD asked for it.
+    fn reap(&mut self, polled: bool) {
         for (pid, code) in super::reap::reap_unclaimed() {
             if self.standby.as_ref().is_some_and(|g| g.pid() == pid) {
                 tracing::warn!(pid, "the standby guard process died; starting another");
                 self.standby = None;
                 self.standby_due = Some(Instant::now() + STANDBY_DELAY);
             } else if self.group.as_ref().is_some_and(|g| g.child == pid) {
+                if polled {
+                    tracing::info!(
+                        pid,
+                        "the child's exit was found by the periodic check, before any SIGCHLD for it was handled"
+                    );
+                }
                 self.feed(Event::Exited { pid, code });
             } else {
                 tracing::debug!(pid, code, "reaped a descendant");
@@ -356,6 +377,9 @@ impl Supervisor {
     }
 
     fn on_timer(&mut self) {
+        if self.group.is_some() {
+            self.reap(true);
+        }
         if self.standby_due.is_some_and(|due| Instant::now() >= due) {
             self.standby_due = None;
             self.prepare_standby();
