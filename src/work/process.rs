@@ -1,6 +1,6 @@
 //! Process plumbing for the child (Linux): spawning it in a process group
-//! behind a guard, signalling the group, reaping, and finding stragglers in
-//! `/proc`.
+//! behind a guard, signalling the group, and finding stragglers in `/proc`
+//! (reaping is [`super::reap`]'s).
 //!
 //! The group is led by a *guard*: leaderd re-executed as `leaderd __guard`,
 //! whose stdin is the read end of a lifeline pipe only leaderd can write to.
@@ -216,54 +216,9 @@ pub fn become_subreaper() {
     }
 }
 
-/// SIGKILLs every child leaderd has (guards, children adopted as their
-/// subreaper) and reaps them until none is left. `false` if some were still
-/// there after `limit`.
-pub fn kill_and_reap_all_children(limit: std::time::Duration) -> bool {
-    let me = std::process::id() as i32;
-    let started = std::time::Instant::now();
-    let until = started + limit;
-    loop {
-        super::reap::reap_any();
-        // SAFETY: plain syscall; WNOHANG with a null status pointer.
-        let left = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
-        if left < 0 {
-            return true; // ECHILD: no child left at all
-        }
-        if std::time::Instant::now() >= until {
-            return false;
-        }
-        // What we SIGKILLed ourselves dies within microseconds: wait for it
-        // a moment before reading /proc, so the usual exit costs no scan
-        // while the next leader is starting its work. Whatever is left then
-        // (an orphan adopted as subreaper) is found there and killed.
-        if started.elapsed() < std::time::Duration::from_millis(20) {
-            std::thread::sleep(std::time::Duration::from_micros(200));
-            continue;
-        }
-        for (pid, ppid, _) in processes(1) {
-            if ppid == me {
-                signal_process(pid, libc::SIGKILL);
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-}
-
-/// The exit code as a shell reports it: 128+N for signal N.
-pub(super) fn exit_code(status: i32) -> i32 {
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else if libc::WIFSIGNALED(status) {
-        128 + libc::WTERMSIG(status)
-    } else {
-        1
-    }
-}
-
 /// `(pid, ppid, pgrp)` of the live processes with a PID of at least
 /// `min_pid`, from `/proc/*/stat`.
-fn processes(min_pid: i32) -> Vec<(i32, i32, i32)> {
+pub(super) fn processes(min_pid: i32) -> Vec<(i32, i32, i32)> {
     scan(min_pid)
         .into_iter()
         .filter(|&(.., zombie)| !zombie)
@@ -369,11 +324,5 @@ mod tests {
         let _ = std::fs::remove_file(&plain);
         assert!(err.contains("not executable"), "{err}");
         assert!(resolve("/tmp", None).unwrap_err().contains("not a file"));
-    }
-
-    #[test]
-    fn exit_codes_map_signals_to_128_plus_n() {
-        assert_eq!(exit_code(3 << 8), 3);
-        assert_eq!(exit_code(libc::SIGKILL), 137);
     }
 }

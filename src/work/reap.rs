@@ -1,4 +1,5 @@
-//! Which of leaderd's exited children the child supervisor may reap.
+//! Reaping leaderd's children: which exited ones the child supervisor may
+//! reap, and on leaderd's exit, all of them.
 //!
 //! leaderd is the parent of more than the work: the health command is
 //! spawned through tokio, which waits for it by PID. A `waitpid(-1)` in the
@@ -9,6 +10,7 @@
 //! supervisor reaps every other child by PID: the work, the guards, and the
 //! orphans it adopts as subreaper, which nobody else would ever reap.
 
+use super::process;
 use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -66,7 +68,7 @@ pub fn reap_unclaimed() -> Vec<(i32, i32)> {
         let mut status = 0;
         // SAFETY: plain syscall with a valid out-pointer, on our own child.
         if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
-            reaped.push((pid, super::process::exit_code(status)));
+            reaped.push((pid, exit_code(status)));
         }
     }
     reaped
@@ -82,7 +84,7 @@ fn children() -> Option<Vec<i32>> {
     }
     listed().or_else(|| {
         let me = std::process::id() as i32;
-        let all = super::process::all_processes().into_iter();
+        let all = process::all_processes().into_iter();
         Some(
             all.filter(|&(_, ppid, ..)| ppid == me)
                 .map(|(pid, ..)| pid)
@@ -101,7 +103,7 @@ pub(super) fn reap_any() -> Vec<(i32, i32)> {
         if pid <= 0 {
             return reaped;
         }
-        reaped.push((pid, super::process::exit_code(status)));
+        reaped.push((pid, exit_code(status)));
     }
 }
 
@@ -123,6 +125,51 @@ fn listed() -> Option<Vec<i32>> {
             }
         }
         return Some(pids);
+    }
+}
+
+/// SIGKILLs every child leaderd has (guards, children adopted as their
+/// subreaper) and reaps them until none is left. `false` if some were still
+/// there after `limit`.
+pub fn kill_and_reap_all_children(limit: std::time::Duration) -> bool {
+    let me = std::process::id() as i32;
+    let started = std::time::Instant::now();
+    let until = started + limit;
+    loop {
+        reap_any();
+        // SAFETY: plain syscall; WNOHANG with a null status pointer.
+        let left = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+        if left < 0 {
+            return true; // ECHILD: no child left at all
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        // What we SIGKILLed ourselves dies within microseconds: wait for it
+        // a moment before reading /proc, so the usual exit costs no scan
+        // while the next leader is starting its work. Whatever is left then
+        // (an orphan adopted as subreaper) is found there and killed.
+        if started.elapsed() < std::time::Duration::from_millis(20) {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            continue;
+        }
+        for (pid, ppid, _) in process::processes(1) {
+            if ppid == me {
+                process::signal_process(pid, libc::SIGKILL);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// The exit code as a shell reports it: 128+N for signal N.
+fn exit_code(status: i32) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        1
     }
 }
 

@@ -412,7 +412,7 @@ impl Supervisor {
         if let Some(standby) = self.standby.take() {
             process::signal_group(standby.pid(), libc::SIGKILL);
         }
-        if !process::kill_and_reap_all_children(EXIT_REAP_LIMIT) {
+        if !super::reap::kill_and_reap_all_children(EXIT_REAP_LIMIT) {
             tracing::warn!(
                 "some processes leaderd started were not reaped within {EXIT_REAP_LIMIT:?} of exit"
             );
