@@ -9,6 +9,9 @@
 //! held from before their spawn until their PID is noted, and the
 //! supervisor reaps every other child by PID: the work, the guards, and the
 //! orphans it adopts as subreaper, which nobody else would ever reap.
+//! The kernel's list of children is read while it may change, so one
+//! reading can miss a child; the next finds it (another SIGCHLD, or the
+//! supervisor's periodic check).
 
 use super::process;
 use std::collections::HashSet;
