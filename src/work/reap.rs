@@ -221,4 +221,10 @@ mod tests {
             "unclaimed on drop"
         );
     }
+
+    #[test]
+    fn exit_codes_map_signals_to_128_plus_n() {
+        assert_eq!(exit_code(3 << 8), 3);
+        assert_eq!(exit_code(libc::SIGKILL), 137);
+    }
 }
