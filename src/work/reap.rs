@@ -57,6 +57,10 @@ pub fn spawn_claimed<C>(
 /// Reaps every exited child of leaderd that nobody claimed, without
 /// blocking: (pid, exit code as a shell reports it, 128+N for signal N).
 pub fn reap_unclaimed() -> Vec<(i32, i32)> {
+    if !any_exited() {
+        // The usual periodic check: nothing to read /proc for.
+        return Vec::new();
+    }
     let set = claimed();
     let Some(children) = children() else {
         // Without /proc nothing tells leaderd's children apart: all are
@@ -75,6 +79,17 @@ pub fn reap_unclaimed() -> Vec<(i32, i32)> {
         }
     }
     reaped
+}
+
+/// Whether any child of leaderd has exited and is not yet reaped (it is
+/// left in place: `WNOWAIT`).
+fn any_exited() -> bool {
+    // SAFETY: siginfo_t is plain data; waitid only writes into it.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        libc::waitid(libc::P_ALL, 0, &mut info, flags) == 0 && info.si_pid() != 0
+    }
 }
 
 /// leaderd's children, live or exited: from each thread's `children` file
